@@ -1,0 +1,131 @@
+// Package api is the HTTP API: the gin router, the call envelope, one file
+// per method group, and the typed Go client.
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.temporal.io/sdk/client"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/store"
+)
+
+// Deps are what the API needs from the rest of the process.
+type Deps struct {
+	Store    *store.Store
+	Temporal client.Client
+	// TaskQueue is where the control-plane worker listens (health checks).
+	TaskQueue string
+	// Authenticator identifies callers; nil means no credential is valid,
+	// so every authenticated method fails closed with UNAUTHENTICATED.
+	Authenticator Authenticator
+	Logger        *slog.Logger
+}
+
+// Server is the API of one process. It is an http.Handler.
+type Server struct {
+	deps    Deps
+	engine  *gin.Engine
+	methods map[string]method
+	metrics *metrics
+}
+
+// maxBody bounds a call's JSON input.
+const maxBody = 1 << 20
+
+// New builds the API server.
+func New(deps Deps) *Server {
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{deps: deps, engine: gin.New(), metrics: newMetrics()}
+	s.methods = s.registerMethods()
+	e := s.engine
+	e.ContextWithFallback = true
+	e.HandleMethodNotAllowed = true
+	e.Use(requestID(deps.Logger), accessLog(s.metrics), recovery())
+	e.NoRoute(func(c *gin.Context) { writeError(c, core.Errorf(core.CodeNotFound, "no such route")) })
+	e.NoMethod(func(c *gin.Context) {
+		writeError(c, core.Errorf(core.CodeInvalidInput, "method %s not allowed here", c.Request.Method))
+	})
+	e.POST("/api/compute/:group/:method", s.handleCall)
+	e.GET("/healthz", s.handleHealth)
+	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
+	return s
+}
+
+// ServeHTTP makes the server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
+
+// handleCall is POST /api/compute/<group>/<method>: the HTTP face of Call.
+func (s *Server) handleCall(c *gin.Context) {
+	name := c.Param("group") + "." + c.Param("method")
+	body, err := readBody(c)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	cred := Credential{
+		Authorization: c.GetHeader("Authorization"),
+		SourceIP:      remoteIP(c.Request),
+		RequestID:     requestIDOf(c),
+	}
+	if cred.Authorization == "" {
+		if ck, err := c.Request.Cookie(iamCookie); err == nil {
+			cred.Cookie = ck.Value
+		}
+	}
+	out, err := s.Call(c.Request.Context(), cred, name, body)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func readBody(c *gin.Context) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, core.Errorf(core.CodeInvalidInput, "request body is larger than %d bytes", maxBody)
+	case err != nil:
+		return nil, core.Errorf(core.CodeInvalidInput, "could not read the request body")
+	}
+	return body, nil
+}
+
+// remoteIP is the socket peer: never a client-sent forwarding header.
+func remoteIP(r *http.Request) string {
+	host := r.RemoteAddr
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		host = host[:i]
+	}
+	return strings.Trim(host, "[]")
+}
+
+// Serve runs the API on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/better-compute/better-compute/workers"
+)
+
+// config is production mode's configuration. Each setting is a flag and an
+// environment variable of the same name (--database-url, BC_DATABASE_URL);
+// a flag given on the command line wins.
+type config struct {
+	DatabaseURL string
+	Listen      string
+	Temporal    workers.TemporalConfig
+	LogLevel    string
+}
+
+// setting ties one flag to its environment variable.
+type setting struct {
+	flag, env, usage string
+	target           *string
+	def              string
+}
+
+func (c *config) settings(withListen bool) []setting {
+	s := []setting{
+		{"database-url", "BC_DATABASE_URL", "PostgreSQL URL of the control-plane database", &c.DatabaseURL, ""},
+		{"temporal-address", "BC_TEMPORAL_ADDRESS", "Temporal frontend host:port", &c.Temporal.Address, "127.0.0.1:7233"},
+		{"temporal-namespace", "BC_TEMPORAL_NAMESPACE", "Temporal namespace", &c.Temporal.Namespace, "better-compute"},
+		{"temporal-tls-cert", "BC_TEMPORAL_TLS_CERT", "client certificate (PEM) for mutual TLS to Temporal", &c.Temporal.TLSCert, ""},
+		{"temporal-tls-key", "BC_TEMPORAL_TLS_KEY", "client key (PEM) for mutual TLS to Temporal", &c.Temporal.TLSKey, ""},
+		{"temporal-tls-ca", "BC_TEMPORAL_TLS_CA", "CA bundle (PEM) that signs Temporal's server certificate", &c.Temporal.TLSCA, ""},
+		{"temporal-tls-server-name", "BC_TEMPORAL_TLS_SERVER_NAME", "server name to verify on Temporal's certificate", &c.Temporal.TLSServerName, ""},
+		{"log-level", "BC_LOG_LEVEL", "debug, info, warn or error", &c.LogLevel, "info"},
+	}
+	if withListen {
+		s = append(s, setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"})
+	}
+	return s
+}
+
+// bind registers the flags; load fills unset flags from the environment.
+func (c *config) bind(fs *pflag.FlagSet, withListen bool) {
+	for _, s := range c.settings(withListen) {
+		fs.StringVar(s.target, s.flag, s.def, s.usage+" (env "+s.env+")")
+	}
+}
+
+func (c *config) load(cmd *cobra.Command, withListen bool) error {
+	for _, s := range c.settings(withListen) {
+		if !cmd.Flags().Changed(s.flag) {
+			if v, ok := os.LookupEnv(s.env); ok {
+				*s.target = v
+			}
+		}
+	}
+	if c.DatabaseURL == "" {
+		return fmt.Errorf("--database-url (or BC_DATABASE_URL) is required")
+	}
+	return nil
+}
+
+// jsonLogger is production mode's logger: JSON lines on stderr.
+func jsonLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, fmt.Errorf("bad log level %q", level)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/better-compute/better-compute/deploy/devstack"
+)
+
+func devCmd() *cobra.Command {
+	var o devstack.Options
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole system on this machine: PostgreSQL, Temporal and its UI, the API and a worker",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			ctx := cmd.Context()
+			started := time.Now()
+			stack, err := devstack.Start(ctx, o)
+			if err != nil {
+				return err
+			}
+			fmt.Print(stack.Banner())
+			fmt.Printf("  (ready in %.1fs)\n\n", time.Since(started).Seconds())
+			<-ctx.Done()
+			fmt.Fprintln(os.Stderr, "stopping…")
+			stopCtx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			stack.Stop(stopCtx)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Dir, "dir", ".dev", "where the dev stack keeps its data")
+	f.BoolVar(&o.Reset, "reset", false, "wipe the data directory first")
+	f.StringVar(&o.APIAddr, "api", "127.0.0.1:8080", "API listen address")
+	f.IntVar(&o.PostgresPort, "postgres-port", 55432, "PostgreSQL port")
+	f.StringVar(&o.TemporalAddr, "temporal", "127.0.0.1:7233", "Temporal frontend address")
+	f.StringVar(&o.UIAddr, "temporal-ui", "127.0.0.1:8233", `Temporal Web UI address ("-" for none)`)
+	f.BoolVar(&verbose, "verbose", false, "debug logs")
+	return cmd
+}

@@ -1,0 +1,137 @@
+package core
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+const (
+	okTenant = "acme.prod:eu-1"
+	okPool   = "pool_01hzyx0000000000000000000a"
+	okCrs    = "crs_01hzyx0000000000000000000a"
+)
+
+func schemaOf(t *testing.T, method string) *Schema {
+	t.Helper()
+	m, ok := mustRegistry(t).Get(method)
+	if !ok {
+		t.Fatalf("%s is not registered", method)
+	}
+	return m.Schema
+}
+
+func TestValidate(t *testing.T) {
+	derivedKey := DerivedID("crs", "acme", "idn_1", "k")
+	cases := []struct {
+		name, method, input string
+		field, reason       string // "" means valid
+	}{
+		{"whoami with no body", "system.whoami", "", "", ""},
+		{"whoami with null", "system.whoami", "null", "", ""},
+		{"whoami with {}", "system.whoami", " {} ", "", ""},
+		{"whoami with a field", "system.whoami", `{"tenantId":"acme"}`, "tenantId", "unknown"},
+		{"not an object", "system.version", `[]`, "", "type"},
+		{"broken JSON", "system.version", `{"a":`, "", "type"},
+		{"selfCheck needs a tenant", "system.selfCheck", `{}`, "tenantId", "required"},
+		{"selfCheck", "system.selfCheck", `{"tenantId":"` + okTenant + `"}`, "", ""},
+		{"tenant pattern", "projects.list", `{"tenantId":"acme/prod"}`, "tenantId", "pattern"},
+		{"tenant empty", "projects.list", `{"tenantId":""}`, "tenantId", "pattern"},
+		{"tenant length", "projects.list", `{"tenantId":"` + strings.Repeat("a", 129) + `"}`, "tenantId", "maxLength"},
+		{"tenant of 128", "projects.list", `{"tenantId":"` + strings.Repeat("a", 128) + `"}`, "", ""},
+		{"tenant type", "projects.list", `{"tenantId":42}`, "tenantId", "type"},
+		{"tenant null", "projects.list", `{"tenantId":null}`, "tenantId", "type"},
+		{"unknown field", "projects.list", `{"tenantId":"acme","limit":5}`, "limit", "unknown"},
+		{"project id pattern", "projects.get", `{"tenantId":"acme","projectId":"prj_01HZYX0000000000000000000A"}`, "projectId", "pattern"},
+		{"project id prefix", "projects.get", `{"tenantId":"acme","projectId":"pool_01hzyx0000000000000000000a"}`, "projectId", "pattern"},
+		{"project id", "projects.get", `{"tenantId":"acme","projectId":"prj_01hzyx0000000000000000000a"}`, "", ""},
+		{"project id missing", "projects.archive", `{"tenantId":"acme"}`, "projectId", "required"},
+		{"project name", "projects.create", `{"tenantId":"acme","name":"Training"}`, "", ""},
+		{"project name empty", "projects.create", `{"tenantId":"acme","name":""}`, "name", "minLength"},
+		{"project name in characters", "projects.create", `{"tenantId":"acme","name":"` + strings.Repeat("é", 128) + `"}`, "", ""},
+		{"project name too long", "projects.create", `{"tenantId":"acme","name":"` + strings.Repeat("é", 129) + `"}`, "name", "maxLength"},
+		{"pool id of 57", "cloudResources.kinds", `{"tenantId":"acme","poolId":"pool_` + strings.Repeat("a", 52) + `"}`, "", ""},
+		{"pool id body of 53", "cloudResources.kinds", `{"tenantId":"acme","poolId":"pool_` + strings.Repeat("a", 53) + `"}`, "poolId", "maxLength"},
+		{"enum", "cloudResources.catalog", `{"tenantId":"acme","poolId":"` + okPool + `","installsOn":"vm"}`, "installsOn", "enum"},
+		{"boolean", "cloudResources.list", `{"tenantId":"acme","includeDeleted":"yes"}`, "includeDeleted", "type"},
+		{"list narrowing", "cloudResources.list", `{"tenantId":"acme","family":"data","kind":"do.database.pg","includeDeleted":true}`, "", ""},
+		{"create", "cloudResources.create", `{"tenantId":"acme","poolId":"` + okPool + `","kind":"do.database.pg","name":"db-1","spec":{"size":1},"idempotencyKey":"k-1"}`, "", ""},
+		{"create without a key", "cloudResources.create", `{"tenantId":"acme","poolId":"` + okPool + `","kind":"do.database.pg","name":"db-1","spec":{}}`, "idempotencyKey", "required"},
+		{"create name pattern", "cloudResources.create", `{"tenantId":"acme","poolId":"` + okPool + `","kind":"do.app","name":"Db","spec":{},"idempotencyKey":"k"}`, "name", "pattern"},
+		{"create spec type", "cloudResources.create", `{"tenantId":"acme","poolId":"` + okPool + `","kind":"do.app","name":"db","spec":[],"idempotencyKey":"k"}`, "spec", "type"},
+		{"create spec over 64 KiB", "cloudResources.create", `{"tenantId":"acme","poolId":"` + okPool + `","kind":"do.app","name":"db","spec":{"x":"` + strings.Repeat("a", 64<<10) + `"},"idempotencyKey":"k"}`, "spec", "maxBytes"},
+		{"create parent derived id", "cloudResources.create", `{"tenantId":"acme","poolId":"` + okPool + `","kind":"do.app","name":"db","spec":{},"idempotencyKey":"k","parentId":"` + derivedKey + `"}`, "", ""},
+		{"update description null", "cloudResources.update", `{"tenantId":"acme","resourceId":"` + okCrs + `","description":null}`, "", ""},
+		{"signals resource id", "cloudResources.signals", `{"tenantId":"acme","poolId":"` + okPool + `","resourceId":"crs_x"}`, "resourceId", "pattern"},
+		{"sites.create kind", "sites.create", `{"tenantId":"acme","kind":"custom"}`, "", ""},
+		{"sites.create kind enum", "sites.create", `{"tenantId":"acme","kind":"cloud"}`, "kind", "enum"},
+		{"reservations.list scope", "reservations.list", `{"tenantId":"acme","scope":"everyone"}`, "scope", "enum"},
+		{"reservations.create key", "reservations.create", `{"tenantId":"acme","idempotencyKey":"` + strings.Repeat("k", 129) + `"}`, "idempotencyKey", "maxLength"},
+		{"sandboxVolumes.resize size", "sandboxVolumes.resize", `{"tenantId":"acme","volumeId":"vol_01hzyx0000000000000000000a","sizeGiB":"10"}`, "sizeGiB", "type"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := schemaOf(t, tc.method).Validate(json.RawMessage(tc.input))
+			if tc.reason == "" {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err == nil || err.Code != CodeInvalidInput || err.Details["field"] != tc.field || err.Details["reason"] != tc.reason {
+				t.Fatalf("err = %v %v, want INVALID_INPUT field %q reason %q", err, errDetails(err), tc.field, tc.reason)
+			}
+		})
+	}
+}
+
+func errDetails(e *Error) map[string]any {
+	if e == nil {
+		return nil
+	}
+	return e.Details
+}
+
+func TestValidateValue(t *testing.T) {
+	s := schemaOf(t, "projects.get")
+	ok := map[string]any{"tenantId": "acme", "projectId": "prj_01hzyx0000000000000000000a"}
+	if err := s.ValidateValue(ok); err != nil {
+		t.Errorf("map: %v", err)
+	}
+	if err := s.ValidateValue(struct {
+		TenantID string `json:"tenantId"`
+	}{"acme"}); err == nil || err.Details["field"] != "projectId" {
+		t.Errorf("struct: %v", err)
+	}
+	if err := s.ValidateValue([]byte(`{"tenantId":"acme"}`)); err == nil || err.Details["reason"] != "required" {
+		t.Errorf("bytes: %v", err)
+	}
+	if err := s.ValidateValue(make(chan int)); err == nil || err.Code != CodeInvalidInput {
+		t.Errorf("unmarshalable: %v", err)
+	}
+}
+
+func TestIntegerField(t *testing.T) {
+	s, err := NewSchema(Field{Name: "n", Type: FieldInteger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, valid := range map[string]bool{`{"n":3}`: true, `{"n":-3}`: true, `{"n":3.0}`: true, `{"n":3.5}`: false, `{"n":"3"}`: false, `{"n":1e300}`: false} {
+		if got := s.Validate(json.RawMessage(in)) == nil; got != valid {
+			t.Errorf("%s: valid = %v, want %v", in, got, valid)
+		}
+	}
+}
+
+func TestNewSchemaRejectsDefects(t *testing.T) {
+	for name, fields := range map[string][]Field{
+		"bad pattern":  {{Name: "a", Type: FieldString, Pattern: "("}},
+		"repeated":     {{Name: "a", Type: FieldString}, {Name: "a", Type: FieldString}},
+		"unnamed":      {{Type: FieldString}},
+		"unknown type": {{Name: "a", Type: "date"}},
+	} {
+		if _, err := NewSchema(fields...); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

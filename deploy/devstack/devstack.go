@@ -1,0 +1,252 @@
+// Package devstack is `better-compute dev`: the whole system on one machine
+// for a newcomer. A PostgreSQL cluster under <dir>/postgres, an embedded
+// Temporal server (with its Web UI) persisting to that cluster, the
+// migrations, the API and the control-plane worker, all in one process.
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/deploy/postgres"
+	"github.com/better-compute/better-compute/deploy/temporal"
+	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/workers"
+)
+
+// Options place the stack. The zero value of each field takes the default
+// the README documents.
+type Options struct {
+	Dir          string // default ".dev"
+	Reset        bool   // wipe Dir first
+	APIAddr      string // default 127.0.0.1:8080
+	PostgresPort int    // default 55432
+	TemporalAddr string // default 127.0.0.1:7233
+	UIAddr       string // default 127.0.0.1:8233; "-" for no UI
+	Logger       *slog.Logger
+}
+
+const (
+	// Database is the control plane's database in the dev cluster.
+	Database = "bettercompute"
+	// Namespace is the control plane's Temporal namespace.
+	Namespace = "better-compute"
+)
+
+func (o Options) withDefaults() Options {
+	if o.Dir == "" {
+		o.Dir = ".dev"
+	}
+	if o.APIAddr == "" {
+		o.APIAddr = "127.0.0.1:8080"
+	}
+	if o.PostgresPort == 0 {
+		o.PostgresPort = 55432
+	}
+	if o.TemporalAddr == "" {
+		o.TemporalAddr = "127.0.0.1:7233"
+	}
+	if o.UIAddr == "" {
+		o.UIAddr = "127.0.0.1:8233"
+	}
+	if o.UIAddr == "-" {
+		o.UIAddr = ""
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Stack is a running dev stack.
+type Stack struct {
+	opts        Options
+	postgres    *postgres.Cluster
+	temporal    *temporal.Server
+	store       *store.Store
+	client      client.Client
+	worker      worker.Worker
+	apiURL      string
+	stopAPI     context.CancelFunc
+	apiStopped  chan error
+	databaseURL string
+}
+
+// Start brings the stack up, in dependency order. On any failure it stops
+// what it had started and returns the error.
+func Start(ctx context.Context, o Options) (s *Stack, err error) {
+	o = o.withDefaults()
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, err
+	}
+	if o.Reset {
+		if err := os.RemoveAll(o.Dir); err != nil {
+			return nil, fmt.Errorf("reset: %w", err)
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	s = &Stack{opts: o}
+	defer func() {
+		if err != nil {
+			s.Stop(context.WithoutCancel(ctx))
+			s = nil
+		}
+	}()
+	log := o.Logger
+
+	log.Info("starting PostgreSQL", "dir", filepath.Join(o.Dir, "postgres"), "port", o.PostgresPort)
+	s.postgres, err = postgres.Start(ctx, postgres.Options{
+		DataDir: filepath.Join(o.Dir, "postgres"),
+		Port:    o.PostgresPort,
+		LogFile: filepath.Join(o.Dir, "postgres.log"),
+	})
+	if err != nil {
+		return s, err
+	}
+	if _, err = s.postgres.EnsureDatabase(ctx, Database, ""); err != nil {
+		return s, err
+	}
+	s.databaseURL = s.postgres.URL(Database)
+	if err = store.MigrateUp(ctx, s.databaseURL); err != nil {
+		return s, err
+	}
+	if s.store, err = store.Open(ctx, s.databaseURL); err != nil {
+		return s, err
+	}
+
+	log.Info("starting Temporal", "frontend", o.TemporalAddr, "ui", o.UIAddr)
+	s.temporal, err = temporal.Start(ctx, temporal.Options{
+		FrontendAddr: o.TemporalAddr,
+		UIAddr:       o.UIAddr,
+		Namespaces:   []string{"default", Namespace},
+		Postgres:     &temporal.PostgresStore{Host: s.postgres.Host(), Port: s.postgres.Port(), User: s.postgres.User(), SSLMode: "disable"},
+		Logger:       log.With("component", "temporal"),
+	})
+	if err != nil {
+		return s, err
+	}
+	if s.client, err = workers.Dial(ctx, workers.TemporalConfig{Address: s.temporal.FrontendAddr(), Namespace: Namespace}, log.With("component", "temporal-client")); err != nil {
+		return s, err
+	}
+	s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store})
+	if err = s.worker.Start(); err != nil {
+		return s, fmt.Errorf("worker: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", o.APIAddr)
+	if err != nil {
+		return s, fmt.Errorf("api: %w", err)
+	}
+	s.apiURL = "http://" + ln.Addr().String()
+	srv := api.New(api.Deps{Store: s.store, Temporal: s.client, TaskQueue: workers.ControlPlaneQueue, Logger: log.With("component", "api")})
+	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopAPI, s.apiStopped = stopAPI, make(chan error, 1)
+	go func() { s.apiStopped <- srv.Serve(apiCtx, ln) }()
+
+	if err = s.writeEnv(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// Stop stops everything Start started, in reverse order; it is safe on a
+// partly started stack and idempotent.
+func (s *Stack) Stop(ctx context.Context) {
+	if s.stopAPI != nil {
+		s.stopAPI()
+		<-s.apiStopped
+		s.stopAPI = nil
+	}
+	if s.worker != nil {
+		s.worker.Stop()
+		s.worker = nil
+	}
+	if s.client != nil {
+		s.client.Close()
+		s.client = nil
+	}
+	if s.temporal != nil {
+		s.temporal.Stop()
+		s.temporal = nil
+	}
+	if s.store != nil {
+		s.store.Close()
+		s.store = nil
+	}
+	if s.postgres != nil {
+		if err := s.postgres.Stop(ctx); err != nil {
+			s.opts.Logger.Error("stopping PostgreSQL", "error", err)
+		}
+		s.postgres = nil
+	}
+}
+
+// URLs of the running stack.
+func (s *Stack) APIURL() string        { return s.apiURL }
+func (s *Stack) DatabaseURL() string   { return s.databaseURL }
+func (s *Stack) TemporalAddr() string  { return s.temporal.FrontendAddr() }
+func (s *Stack) TemporalUI() string    { return s.temporal.UIURL() }
+func (s *Stack) Client() client.Client { return s.client }
+
+// env is what .dev/env exports, in order.
+func (s *Stack) env() [][2]string {
+	return [][2]string{
+		{"BC_API_URL", s.apiURL},
+		{"BC_DATABASE_URL", s.databaseURL},
+		{"BC_TEMPORAL_ADDRESS", s.temporal.FrontendAddr()},
+		{"BC_TEMPORAL_NAMESPACE", Namespace},
+		{"BC_TEMPORAL_UI", s.temporal.UIURL()},
+		{"BC_POSTGRES_SOCKET_DIR", s.postgres.SocketDir()},
+	}
+}
+
+// writeEnv writes <dir>/env atomically (a temporary file renamed into
+// place), so a reader never sees half of it.
+func (s *Stack) writeEnv() error {
+	var b strings.Builder
+	b.WriteString("# Written by `better-compute dev`; source it: . .dev/env\n")
+	for _, kv := range s.env() {
+		fmt.Fprintf(&b, "export %s=%q\n", kv[0], kv[1])
+	}
+	path := filepath.Join(s.opts.Dir, "env")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Banner is the text `better-compute dev` prints once the stack is ready.
+func (s *Stack) Banner() string {
+	var b strings.Builder
+	b.WriteString("\nBetter Compute dev stack is ready\n\n")
+	rows := [][2]string{
+		{"API", s.apiURL + "/api/compute/<group>/<method>"},
+		{"Health", s.apiURL + "/healthz"},
+		{"Metrics", s.apiURL + "/metrics"},
+		{"Temporal UI", s.temporal.UIURL()},
+		{"Temporal gRPC", s.temporal.FrontendAddr() + " (namespace " + Namespace + ")"},
+		{"PostgreSQL", s.databaseURL},
+		{"PG socket", s.postgres.SocketDir()},
+		{"Environment", filepath.Join(s.opts.Dir, "env")},
+	}
+	for _, r := range rows {
+		if r[1] == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "  %-14s %s\n", r[0], r[1])
+	}
+	b.WriteString("\nCtrl-C stops everything; the data stays in " + s.opts.Dir + " (--reset wipes it).\n")
+	return b.String()
+}

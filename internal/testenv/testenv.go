@@ -1,0 +1,172 @@
+// Package testenv is the test harness: one throwaway PostgreSQL cluster per
+// test binary, a migrated template database, and a fresh database cloned from
+// it for every test that asks.
+//
+// A test package that uses it runs its tests through Main:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/deploy/postgres"
+	"github.com/better-compute/better-compute/store"
+)
+
+const (
+	templateDB = "bc_template"
+	dirPrefix  = "bc-testpg-"
+)
+
+// harness is the one cluster of this test binary. It is package state by
+// necessity: Go gives tests no other place to share a server, and TestMain
+// (Main) owns its lifetime.
+var harness struct {
+	mu      sync.Mutex
+	cluster *postgres.Cluster
+	dir     string
+	err     error
+	next    int
+}
+
+// Main runs the tests and then stops the cluster and removes its files, also
+// when tests fail. Should the binary die (a panic, a kill), the server dies
+// with it, and the next run removes what it left.
+func Main(m *testing.M) {
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func stop() {
+	harness.mu.Lock()
+	defer harness.mu.Unlock()
+	if harness.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = harness.cluster.Stop(ctx)
+		harness.cluster = nil
+	}
+	if harness.dir != "" {
+		_ = os.RemoveAll(harness.dir)
+		harness.dir = ""
+	}
+}
+
+// Cluster returns the binary's PostgreSQL cluster, starting it and migrating
+// the template database on first use.
+func Cluster(t testing.TB) *postgres.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped in -short mode")
+	}
+	harness.mu.Lock()
+	defer harness.mu.Unlock()
+	if harness.cluster == nil && harness.err == nil {
+		harness.cluster, harness.dir, harness.err = start()
+	}
+	if harness.err != nil {
+		t.Fatalf("testenv: %v", harness.err)
+	}
+	return harness.cluster
+}
+
+func start() (*postgres.Cluster, string, error) {
+	removeStale()
+	dir, err := os.MkdirTemp("", dirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return nil, "", err
+	}
+	// The server may run as the postgres OS user, which must reach in.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, dir, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := postgres.Start(ctx, postgres.Options{
+		DataDir: filepath.Join(dir, "data"),
+		// A throwaway cluster needs no durability; this makes tests faster.
+		Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"},
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", err
+	}
+	if _, err := c.EnsureDatabase(ctx, templateDB, ""); err != nil {
+		c.Stop(ctx)
+		os.RemoveAll(dir)
+		return nil, "", err
+	}
+	if err := store.MigrateUp(ctx, c.URL(templateDB)); err != nil {
+		c.Stop(ctx)
+		os.RemoveAll(dir)
+		return nil, "", fmt.Errorf("migrating the template: %w", err)
+	}
+	return c, dir, nil
+}
+
+// removeStale deletes the clusters of earlier test binaries that died
+// without cleaning up (their servers died with them).
+func removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, d := range dirs {
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), dirPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(d)
+		}
+	}
+}
+
+// DatabaseURL gives the test a database of its own, cloned from the migrated
+// template and dropped when the test ends.
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	c := Cluster(t)
+	harness.mu.Lock()
+	harness.next++
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), harness.next)
+	harness.mu.Unlock()
+	ctx := context.Background()
+	if _, err := c.EnsureDatabase(ctx, name, templateDB); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			t.Errorf("testenv: drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop %s: %v", name, err)
+		}
+	})
+	return c.URL(name)
+}
+
+// Store opens a pool on a fresh database of the test's own.
+func Store(t testing.TB) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), DatabaseURL(t))
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
