@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/testenv"
 )
 
@@ -22,7 +23,11 @@ func newTestServer(t *testing.T, deps Deps) *httptest.Server {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	srv := httptest.NewServer(New(deps))
+	s, err := New(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -68,6 +73,7 @@ func TestCallErrors(t *testing.T) {
 		{"unknown route", "/api/other", `{}`, nil, 404, "NOT_FOUND"},
 		{"bogus bearer", "/api/compute/system/whoami", `{}`, http.Header{"Authorization": {"Bearer x"}}, 401, "UNAUTHENTICATED"},
 		{"bogus cookie", "/api/compute/system/whoami", `{}`, http.Header{"Cookie": {iamCookie + "=x"}}, 401, "UNAUTHENTICATED"},
+		{"no credential", "/api/compute/projects/list", `{"tenantId":"acme"}`, nil, 401, "UNAUTHENTICATED"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -79,34 +85,19 @@ func TestCallErrors(t *testing.T) {
 	}
 }
 
-// fixedAuth accepts one token: a stand-in for the IAM port in this test only.
-type fixedAuth struct{ token string }
-
-func (a fixedAuth) Authenticate(_ context.Context, cred Credential) (*Principal, error) {
-	if cred.Authorization == "Bearer "+a.token {
-		return &Principal{TenantID: "acme", IdentityID: "idn_1", Kind: "person", SessionKind: "user"}, nil
-	}
-	return nil, core.Errorf(core.CodeUnauthn, "the credential is not valid")
-}
-
-func TestWhoamiReportsTheAuthenticatedCaller(t *testing.T) {
-	srv := newTestServer(t, Deps{Authenticator: fixedAuth{token: "good"}})
-	status, body := post(t, srv.URL, "/api/compute/system/whoami", `{}`, http.Header{"Authorization": {"Bearer good"}})
-	if status != 200 || body["authenticated"] != true || body["tenantId"] != "acme" {
-		t.Fatalf("whoami = %d %v", status, body)
-	}
-}
-
 func TestInProcessCallMatchesHTTP(t *testing.T) {
-	s := New(Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	out, err := s.Call(context.Background(), Credential{}, "system.version", nil)
+	s, err := New(Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Call(context.Background(), iam.Credential{}, "system.version", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := out.(VersionOutput); !ok || v.API != APIVersion {
 		t.Fatalf("Call(system.version) = %#v", out)
 	}
-	_, err = s.Call(context.Background(), Credential{}, "system.version", json.RawMessage(`{"x":1}`))
+	_, err = s.Call(context.Background(), iam.Credential{}, "system.version", json.RawMessage(`{"x":1}`))
 	if e := core.AsError(err); e.Code != core.CodeInvalidInput || e.Details["field"] != "x" {
 		t.Fatalf("Call with an unknown field = %v", err)
 	}

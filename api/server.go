@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -26,31 +27,78 @@ type Deps struct {
 	Temporal client.Client
 	// TaskQueue is where the control-plane worker listens (health checks).
 	TaskQueue string
-	// Authenticator identifies callers; nil means no credential is valid,
-	// so every authenticated method fails closed with UNAUTHENTICATED.
-	Authenticator Authenticator
-	Logger        *slog.Logger
+	// IAM decides every call; nil means no credential is valid, so every
+	// authenticated method fails closed with UNAUTHENTICATED.
+	IAM iam.Port
+	// Catalog and Registry default to the core catalog and the method table.
+	Catalog  *core.Catalog
+	Registry *core.Registry
+	// RootTenant is the platform's tenant (default "root").
+	RootTenant string
+	// Projection reports the authorization projection's health to
+	// system.selfCheck; nil when there is none.
+	Projection ProjectionStatus
+	// IAMAdmin, when set, is mounted at /api/iam/ (the IAM admin surface).
+	IAMAdmin http.Handler
+	Logger   *slog.Logger
+}
+
+// ProjectionStatus is what system.selfCheck reads of the projection.
+type ProjectionStatus interface {
+	Loaded() bool
+	Lag() time.Duration
 }
 
 // Server is the API of one process. It is an http.Handler.
 type Server struct {
-	deps    Deps
-	engine  *gin.Engine
-	methods map[string]method
-	metrics *metrics
+	deps       Deps
+	store      *store.Store
+	iam        iam.Port
+	catalog    *core.Catalog
+	registry   *core.Registry
+	rootTenant string
+	handlers   map[string]handler
+	engine     *gin.Engine
+	metrics    *metrics
 }
 
 // maxBody bounds a call's JSON input.
 const maxBody = 1 << 20
 
-// New builds the API server.
-func New(deps Deps) *Server {
+// New builds the API server. It fails with INVALID_CONFIG when the method
+// registry disagrees with the catalog.
+func New(deps Deps) (*Server, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
+	if deps.RootTenant == "" {
+		deps.RootTenant = DefaultRootTenant
+	}
+	var err error
+	if deps.Catalog == nil {
+		if deps.Catalog, err = core.DefaultCatalog(); err != nil {
+			return nil, err
+		}
+	}
+	if deps.Registry == nil {
+		if deps.Registry, err = core.TableRegistry(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := core.CheckRegistry(deps.Catalog, deps.Registry); err != nil {
+		return nil, err
+	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{deps: deps, engine: gin.New(), metrics: newMetrics()}
-	s.methods = s.registerMethods()
+	s := &Server{
+		deps: deps, store: deps.Store, iam: deps.IAM, catalog: deps.Catalog, registry: deps.Registry,
+		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(),
+	}
+	s.handlers = s.registerHandlers()
+	for name := range s.handlers {
+		if _, ok := s.registry.Get(name); !ok {
+			return nil, core.Errorf(core.CodeInvalidConfig, "handler for %s, which the registry lacks", name)
+		}
+	}
 	e := s.engine
 	e.ContextWithFallback = true
 	e.HandleMethodNotAllowed = true
@@ -62,8 +110,14 @@ func New(deps Deps) *Server {
 	e.POST("/api/compute/:group/:method", s.handleCall)
 	e.GET("/healthz", s.handleHealth)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
-	return s
+	if deps.IAMAdmin != nil {
+		e.Any("/api/iam/*method", gin.WrapH(deps.IAMAdmin))
+	}
+	return s, nil
 }
+
+// DefaultRootTenant is the platform's tenant id unless configured otherwise.
+const DefaultRootTenant = "root"
 
 // ServeHTTP makes the server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
@@ -76,10 +130,12 @@ func (s *Server) handleCall(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	cred := Credential{
+	cred := iam.Credential{
 		Authorization: c.GetHeader("Authorization"),
 		SourceIP:      remoteIP(c.Request),
 		RequestID:     requestIDOf(c),
+		Origin:        c.GetHeader("Origin"),
+		UserAgent:     c.GetHeader("User-Agent"),
 	}
 	if cred.Authorization == "" {
 		if ck, err := c.Request.Cookie(iamCookie); err == nil {

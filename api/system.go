@@ -2,16 +2,28 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 
+	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/buildinfo"
 )
 
-// registerMethods is the table of methods this server serves.
-func (s *Server) registerMethods() map[string]method {
-	return map[string]method{
-		"system.version": {public: true, handle: s.systemVersion},
-		"system.whoami":  {public: true, handle: s.systemWhoami},
+// iamCookie is the session cookie a browser presents instead of a bearer.
+const iamCookie = "bc_session"
+
+// APIVersion is the version of the call contract this server speaks.
+const APIVersion = "v0.1"
+
+// registerHandlers is the table of methods this server serves; every other
+// method of the registry answers UNSUPPORTED (planned).
+func (s *Server) registerHandlers() map[string]handler {
+	return map[string]handler{
+		"system.version":   {direct: s.systemVersion},
+		"system.whoami":    {direct: s.systemWhoami},
+		"system.selfCheck": {direct: s.systemSelfCheck},
+		"projects.create":  {run: s.projectsCreate},
+		"projects.get":     {run: s.projectsGet},
+		"projects.list":    {list: s.projectsList},
+		"projects.archive": {run: s.projectsArchive},
 	}
 }
 
@@ -21,13 +33,7 @@ type VersionOutput struct {
 	API string `json:"api"`
 }
 
-// APIVersion is the version of the call contract this server speaks.
-const APIVersion = "v0.1"
-
-func (s *Server) systemVersion(_ context.Context, _ *call, input json.RawMessage) (any, error) {
-	if err := decodeStrict(input, &struct{}{}); err != nil {
-		return nil, err
-	}
+func (s *Server) systemVersion(context.Context, *Call) (any, error) {
 	return VersionOutput{Info: buildinfo.Get(), API: APIVersion}, nil
 }
 
@@ -35,19 +41,42 @@ func (s *Server) systemVersion(_ context.Context, _ *call, input json.RawMessage
 // authenticated false when none was presented.
 type WhoamiOutput struct {
 	Authenticated bool `json:"authenticated"`
-	*Principal
+	*iam.Caller
 }
 
-func (s *Server) systemWhoami(ctx context.Context, c *call, input json.RawMessage) (any, error) {
-	if err := decodeStrict(input, &struct{}{}); err != nil {
-		return nil, err
-	}
-	if !c.cred.Present() {
+func (s *Server) systemWhoami(ctx context.Context, c *Call) (any, error) {
+	if !c.Cred.Present() {
 		return WhoamiOutput{}, nil
 	}
-	p, err := s.authenticate(ctx, c.cred)
+	caller, err := s.authenticate(ctx, c.Cred)
 	if err != nil {
 		return nil, err
 	}
-	return WhoamiOutput{Authenticated: true, Principal: p}, nil
+	return WhoamiOutput{Authenticated: true, Caller: caller}, nil
+}
+
+// SelfCheckOutput is system.selfCheck's answer.
+type SelfCheckOutput struct {
+	Health
+	Projection ProjectionCheck `json:"projection"`
+}
+
+// ProjectionCheck is the authorization projection's state.
+type ProjectionCheck struct {
+	Loaded bool    `json:"loaded"`
+	LagMs  float64 `json:"lagMs"`
+}
+
+// systemSelfCheck runs the health checks (database, Temporal round trip),
+// and reports IAM (it just decided this call) and the projection's lag.
+func (s *Server) systemSelfCheck(ctx context.Context, _ *Call) (any, error) {
+	out := SelfCheckOutput{Health: s.CheckHealth(ctx)}
+	out.Checks["iam"] = Check{OK: true}
+	if p := s.deps.Projection; p != nil {
+		out.Projection = ProjectionCheck{Loaded: p.Loaded(), LagMs: float64(p.Lag().Microseconds()) / 1000}
+		if !p.Loaded() {
+			out.Status = "degraded"
+		}
+	}
+	return out, nil
 }

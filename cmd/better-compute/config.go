@@ -18,6 +18,7 @@ import (
 type config struct {
 	DatabaseURL string
 	Listen      string
+	RootTenant  string
 	Temporal    workers.TemporalConfig
 	LogLevel    string
 }
@@ -41,7 +42,9 @@ func (c *config) settings(withListen bool) []setting {
 		{"log-level", "BC_LOG_LEVEL", "debug, info, warn or error", &c.LogLevel, "info"},
 	}
 	if withListen {
-		s = append(s, setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"})
+		s = append(s,
+			setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"},
+			setting{"root-tenant", "BC_ROOT_TENANT", "the platform's (root) tenant id", &c.RootTenant, "root"})
 	}
 	return s
 }

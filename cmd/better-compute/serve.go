@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workers"
 )
@@ -40,9 +40,18 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
+			cp, err := controlplane.New(ctx, controlplane.Config{
+				Store: st, Temporal: tc, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant, Logger: logger,
+			})
+			if err != nil {
+				return err
+			}
+			defer cp.Close()
+			for _, w := range cp.Warnings {
+				logger.Warn(w.Message, "warning", w.Code, "subject", w.Subject)
+			}
 			logger.Info("api listening", "addr", ln.Addr().String())
-			srv := api.New(api.Deps{Store: st, Temporal: tc, TaskQueue: workers.ControlPlaneQueue, Logger: logger})
-			return srv.Serve(ctx, ln)
+			return cp.API.Serve(ctx, ln)
 		},
 	}
 	cfg.bind(cmd.Flags(), true)

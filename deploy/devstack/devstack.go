@@ -16,9 +16,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/deploy/postgres"
 	"github.com/better-compute/better-compute/deploy/temporal"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workers"
 )
@@ -75,6 +76,8 @@ type Stack struct {
 	store       *store.Store
 	client      client.Client
 	worker      worker.Worker
+	cp          *controlplane.ControlPlane
+	tokens      iam.BootstrapResult
 	apiURL      string
 	stopAPI     context.CancelFunc
 	apiStopped  chan error
@@ -144,15 +147,22 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return s, fmt.Errorf("worker: %w", err)
 	}
 
+	if s.cp, err = controlplane.New(ctx, controlplane.Config{
+		Store: s.store, Temporal: s.client, TaskQueue: workers.ControlPlaneQueue, Logger: log,
+	}); err != nil {
+		return s, err
+	}
+	if err = s.bootstrapIAM(ctx); err != nil {
+		return s, err
+	}
 	ln, err := net.Listen("tcp", o.APIAddr)
 	if err != nil {
 		return s, fmt.Errorf("api: %w", err)
 	}
 	s.apiURL = "http://" + ln.Addr().String()
-	srv := api.New(api.Deps{Store: s.store, Temporal: s.client, TaskQueue: workers.ControlPlaneQueue, Logger: log.With("component", "api")})
 	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopAPI, s.apiStopped = stopAPI, make(chan error, 1)
-	go func() { s.apiStopped <- srv.Serve(apiCtx, ln) }()
+	go func() { s.apiStopped <- s.cp.API.Serve(apiCtx, ln) }()
 
 	if err = s.writeEnv(); err != nil {
 		return s, err
@@ -167,6 +177,10 @@ func (s *Stack) Stop(ctx context.Context) {
 		s.stopAPI()
 		<-s.apiStopped
 		s.stopAPI = nil
+	}
+	if s.cp != nil {
+		s.cp.Close()
+		s.cp = nil
 	}
 	if s.worker != nil {
 		s.worker.Stop()
@@ -208,6 +222,10 @@ func (s *Stack) env() [][2]string {
 		{"BC_TEMPORAL_NAMESPACE", Namespace},
 		{"BC_TEMPORAL_UI", s.temporal.UIURL()},
 		{"BC_POSTGRES_SOCKET_DIR", s.postgres.SocketDir()},
+		{"BC_ROOT_TENANT", s.tokens.RootTenantID},
+		{"BC_ADMIN_TOKEN_FILE", filepath.Join(s.opts.Dir, adminTokenFile)},
+		{"BC_DEMO_TENANT", s.tokens.TenantID},
+		{"BC_DEMO_TOKEN_FILE", filepath.Join(s.opts.Dir, demoTokenFile)},
 	}
 }
 
@@ -219,9 +237,55 @@ func (s *Stack) writeEnv() error {
 	for _, kv := range s.env() {
 		fmt.Fprintf(&b, "export %s=%q\n", kv[0], kv[1])
 	}
-	path := filepath.Join(s.opts.Dir, "env")
+	return writeFileAtomic(filepath.Join(s.opts.Dir, "env"), b.String(), 0o644)
+}
+
+// Token files: plaintext bearer tokens of the dev stack's bootstrap
+// identities, readable by the owner only. IAM itself keeps only hashes.
+const (
+	adminTokenFile = "admin-token"
+	demoTokenFile  = "acme-token"
+)
+
+// bootstrapIAM makes the root tenant with an admin, and the demo tenant with
+// a user, reusing the tokens an earlier run left in the token files.
+func (s *Stack) bootstrapIAM(ctx context.Context) error {
+	read := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(s.opts.Dir, name))
+		return strings.TrimSpace(string(b))
+	}
+	res, err := iam.Bootstrap(ctx, s.cp.Admin, iam.BootstrapOptions{
+		AdminToken: read(adminTokenFile), UserToken: read(demoTokenFile),
+	})
+	if err != nil {
+		return fmt.Errorf("iam bootstrap: %w", err)
+	}
+	for name, token := range map[string]string{adminTokenFile: res.AdminToken, demoTokenFile: res.UserToken} {
+		if token == "" {
+			continue // the earlier token still works
+		}
+		if err := writeFileAtomic(filepath.Join(s.opts.Dir, name), token+"\n", 0o600); err != nil {
+			return err
+		}
+	}
+	s.tokens = res
+	return nil
+}
+
+// AdminToken and DemoToken read the bootstrap tokens back from their files.
+func (s *Stack) AdminToken() (string, error) { return s.readToken(adminTokenFile) }
+func (s *Stack) DemoToken() (string, error)  { return s.readToken(demoTokenFile) }
+
+func (s *Stack) readToken(name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.opts.Dir, name))
+	return strings.TrimSpace(string(b)), err
+}
+
+// writeFileAtomic writes a temporary file and renames it into place, so a
+// reader (or a crash) never sees half of it.
+func writeFileAtomic(path, content string, perm os.FileMode) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(content), perm); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -240,6 +304,8 @@ func (s *Stack) Banner() string {
 		{"PostgreSQL", s.databaseURL},
 		{"PG socket", s.postgres.SocketDir()},
 		{"Environment", filepath.Join(s.opts.Dir, "env")},
+		{"Admin token", filepath.Join(s.opts.Dir, adminTokenFile) + " (tenant " + s.tokens.RootTenantID + ", root authority)"},
+		{"Demo token", filepath.Join(s.opts.Dir, demoTokenFile) + " (tenant " + s.tokens.TenantID + ")"},
 	}
 	for _, r := range rows {
 		if r[1] == "" {

@@ -27,10 +27,10 @@ func BenchmarkWorkflowStarts(b *testing.B) {
 	}{
 		{"postgres", func(b *testing.B) Options {
 			pg := startTestPostgres(b)
-			return Options{Postgres: &pg, HistoryShards: 4}
+			return Options{Postgres: &pg}
 		}},
 		{"sqlite-file", func(b *testing.B) Options {
-			return Options{SQLiteFile: filepath.Join(b.TempDir(), "temporal.db"), HistoryShards: 4}
+			return Options{SQLiteFile: filepath.Join(b.TempDir(), "temporal.db")}
 		}},
 	}
 	for _, backend := range backends {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"go.temporal.io/server/common/log"
@@ -49,10 +50,41 @@ func (l serverLogger) Panic(msg string, tags ...tag.Tag) {
 	panic(msg)
 }
 
-// Fatal logs and panics instead of exiting the process: an embedded server
-// must not call os.Exit behind its host's back, and callers of Fatal do not
-// expect it to return.
+// Fatal logs and panics with a fatalError instead of exiting the process:
+// an embedded server must not call os.Exit behind its host's back, and
+// callers of Fatal do not expect it to return. Start turns the panics
+// raised while it builds and starts the server into errors.
 func (l serverLogger) Fatal(msg string, tags ...tag.Tag) {
 	l.emit(slog.LevelError, msg, tags)
-	panic(fmt.Sprintf("temporal server fatal error: %s", msg))
+	panic(fatalError{msg: msg, tags: tags})
+}
+
+type fatalError struct {
+	msg  string
+	tags []tag.Tag
+}
+
+func (e fatalError) Error() string {
+	var b strings.Builder
+	b.WriteString("temporal server fatal error: ")
+	b.WriteString(e.msg)
+	for _, t := range e.tags {
+		fmt.Fprintf(&b, " %s=%v", t.Key(), t.Value())
+	}
+	return b.String()
+}
+
+// catchFatal runs f, turning a fatalError panic on this goroutine into an
+// error. Other panics go on.
+func catchFatal(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = fe
+		}
+	}()
+	return f()
 }

@@ -241,10 +241,17 @@ func sqliteConfig(file string) (*config.SQL, error) {
 			ConnectAttributes: map[string]string{"mode": "memory", "cache": "shared"},
 		}, nil
 	}
+	// WAL with synchronous=NORMAL survives a crash of this process but may
+	// lose the last commits on power loss; fine for dev data, and about 2x
+	// the throughput of SQLite's default rollback journal.
 	c := &config.SQL{
-		PluginName:        sqlite.PluginName,
-		DatabaseName:      file,
-		ConnectAttributes: map[string]string{"mode": "rwc"},
+		PluginName:   sqlite.PluginName,
+		DatabaseName: file,
+		ConnectAttributes: map[string]string{
+			"mode":         "rwc",
+			"journal_mode": "wal",
+			"synchronous":  "normal",
+		},
 	}
 	fi, err := os.Stat(file)
 	switch {

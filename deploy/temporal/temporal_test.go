@@ -133,6 +133,19 @@ func TestSQLiteInMemory(t *testing.T) {
 	}
 }
 
+func TestBusyFrontendPortIsAnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, err := Start(testContext(t), Options{FrontendAddr: ln.Addr().String(), Logger: testLogger()})
+	if err == nil {
+		s.Stop()
+		t.Fatal("Start succeeded on a port in use")
+	}
+}
+
 // --- workflow under test ---
 
 func greetWorkflow(ctx workflow.Context, name string) (string, error) {
@@ -312,13 +325,13 @@ func startTestPostgres(t testing.TB, settings ...string) PostgresStore {
 		cancel()
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			t.Fatalf("postgres exited during startup:\n%s", log)
+			pgLog, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			t.Fatalf("postgres exited during startup:\n%s", pgLog)
 		default:
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			t.Fatalf("postgres not accepting connections: %v\n%s", err, log)
+			pgLog, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			t.Fatalf("postgres not accepting connections: %v\n%s", err, pgLog)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -1,0 +1,107 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Client is the typed Go client of the API: the same calls over HTTP.
+type Client struct {
+	BaseURL string // e.g. http://127.0.0.1:8080
+	Token   string // bearer token; empty for public methods
+	HTTP    *http.Client
+}
+
+// NewClient returns a client of the API at baseURL, calling as token.
+func NewClient(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: http.DefaultClient}
+}
+
+// Call posts in to method ("group.method") and decodes the answer into out.
+// An error answer is returned as a *core.Error with the server's code.
+func (c *Client) Call(ctx context.Context, method string, in, out any) error {
+	group, name, ok := strings.Cut(method, ".")
+	if !ok {
+		return fmt.Errorf("api client: method %q is not group.name", method)
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/api/compute/"+group+"/"+name, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("api client: %s: %w", method, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e errorBody
+		if json.Unmarshal(raw, &e) == nil && e.Error != nil {
+			return e.Error
+		}
+		return fmt.Errorf("api client: %s: HTTP %d", method, resp.StatusCode)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// SystemVersion calls system.version.
+func (c *Client) SystemVersion(ctx context.Context) (VersionOutput, error) {
+	var out VersionOutput
+	return out, c.Call(ctx, "system.version", struct{}{}, &out)
+}
+
+// SystemWhoami calls system.whoami.
+func (c *Client) SystemWhoami(ctx context.Context) (WhoamiOutput, error) {
+	var out WhoamiOutput
+	return out, c.Call(ctx, "system.whoami", struct{}{}, &out)
+}
+
+// ProjectsCreateInput is projects.create's input.
+type ProjectsCreateInput struct {
+	TenantID    string `json:"tenantId"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// ProjectsCreate calls projects.create.
+func (c *Client) ProjectsCreate(ctx context.Context, in ProjectsCreateInput) (Project, error) {
+	var out Project
+	return out, c.Call(ctx, "projects.create", in, &out)
+}
+
+// ProjectsGet calls projects.get.
+func (c *Client) ProjectsGet(ctx context.Context, tenantID, projectID string) (Project, error) {
+	var out Project
+	return out, c.Call(ctx, "projects.get", map[string]string{"tenantId": tenantID, "projectId": projectID}, &out)
+}
+
+// ProjectsList calls projects.list.
+func (c *Client) ProjectsList(ctx context.Context, tenantID string) (ProjectList, error) {
+	var out ProjectList
+	return out, c.Call(ctx, "projects.list", map[string]string{"tenantId": tenantID}, &out)
+}
+
+// ProjectsArchive calls projects.archive.
+func (c *Client) ProjectsArchive(ctx context.Context, tenantID, projectID string) (Project, error) {
+	var out Project
+	return out, c.Call(ctx, "projects.archive", map[string]string{"tenantId": tenantID, "projectId": projectID}, &out)
+}

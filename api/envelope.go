@@ -1,0 +1,350 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/store"
+)
+
+// The call envelope: the same eight steps for every method, over HTTP, in
+// process (Server.Call) and through the typed client.
+//
+//  1. Public methods validate their input and run.
+//  2. No credential: UNAUTHENTICATED, with no IAM call.
+//  3. The input is validated (INVALID_INPUT) before any IAM call.
+//  4. Authenticate (the port caches it for 30 s).
+//  5. The tenant pre-check: a caller of another tenant (not root) is
+//     ACCESS_DENIED before any database access or IAM decision.
+//  6. Admissions prepare their draft in a first transaction and decide on it.
+//  7. Other mutations: one Require, never cached. Reads: one Authorize
+//     (allows cached for 10 s per session).
+//  8. The handler runs in one transaction (read-only for reads); an allowed
+//     mutation writes its audit_events row in that transaction.
+//
+// IAM is never called inside a transaction.
+
+// Call is one method call in flight, as handlers see it.
+type Call struct {
+	Method   core.Method
+	Cred     iam.Credential
+	Caller   *iam.Caller // nil for an unauthenticated public call
+	Input    json.RawMessage
+	TenantID string // the input's tenantId
+	// DecisionTenant is where the decision is made: the root tenant for
+	// fleet-wide methods, the input's tenant otherwise.
+	DecisionTenant string
+	// Resource is what the decision was made on.
+	Resource iam.Resource
+	Action   string
+	// Override: a root-tenant caller acting in another tenant.
+	Override bool
+}
+
+// handler serves one method. Exactly one of its functions is set.
+type handler struct {
+	// direct runs with no transaction (system methods).
+	direct func(ctx context.Context, c *Call) (any, error)
+	// run is the handler of a read or a mutation, in the call's transaction.
+	run func(ctx context.Context, c *Call, tx store.Tx) (any, error)
+	// list reads one page of a "+ items" list; the envelope then keeps only
+	// the items the caller may read.
+	list func(ctx context.Context, c *Call, tx store.Tx) (page, error)
+}
+
+// page is what a list handler read: its items, each with the resource it is
+// decided on, and how to shape the answer from the kept items.
+type page struct {
+	items  []item
+	answer func(kept []any) any
+}
+
+type item struct {
+	resource iam.Resource
+	value    any
+}
+
+// Call runs method name ("group.method") with a JSON input.
+func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, input json.RawMessage) (out any, err error) {
+	defer func() { s.metrics.calls.WithLabelValues(s.metricName(name), resultCode(err)).Inc() }()
+	m, ok := s.registry.Get(name)
+	if !ok {
+		return nil, core.Errorf(core.CodeNotFound, "no method %q", name)
+	}
+	if len(bytes.TrimSpace(input)) == 0 {
+		input = json.RawMessage("{}")
+	}
+	c := &Call{Method: m, Cred: cred, Input: input}
+	h, served := s.handlers[name]
+
+	if m.Public { // step 1
+		if err := m.Schema.Validate(input); err != nil {
+			return nil, err
+		}
+		return h.direct(ctx, c)
+	}
+	if !cred.Present() { // step 2
+		return nil, core.Errorf(core.CodeUnauthn, "a credential is required")
+	}
+	if err := m.Schema.Validate(input); err != nil { // step 3
+		return nil, err
+	}
+	if c.TenantID, err = tenantOf(input); err != nil {
+		return nil, err
+	}
+	if c.Caller, err = s.authenticate(ctx, cred); err != nil { // step 4
+		return nil, err
+	}
+	if c.Caller.TenantID != c.TenantID && c.Caller.TenantID != s.rootTenant { // step 5
+		return nil, denied()
+	}
+	c.Override = c.Caller.TenantID != c.TenantID
+	if !served {
+		return nil, core.Errorf(core.CodeUnsupported, "%s is planned for %s", name, phaseOf(m)).
+			WithDetails(map[string]any{"reason": "planned", "phase": phaseOf(m)})
+	}
+	if err := s.decide(ctx, c); err != nil { // steps 6 and 7
+		return nil, err
+	}
+	switch { // step 8
+	case h.direct != nil:
+		return h.direct(ctx, c)
+	case h.list != nil:
+		return s.runList(ctx, c, h)
+	case m.Kind.Mutates():
+		err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+			if out, err = h.run(ctx, c, tx); err != nil {
+				return err
+			}
+			return writeAudit(ctx, tx, c)
+		})
+		return out, err
+	default:
+		err = s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
+			out, err = h.run(ctx, c, tx)
+			return err
+		})
+		return out, err
+	}
+}
+
+func phaseOf(m core.Method) string {
+	if m.Phase == "" {
+		return "unscheduled"
+	}
+	return m.Phase
+}
+
+func denied() error { return core.Errorf(core.CodeAccessDenied, "access denied") }
+
+// tenantOf reads the input's tenantId (the schema has already checked it).
+func tenantOf(input json.RawMessage) (string, error) {
+	var in struct {
+		TenantID string `json:"tenantId"`
+	}
+	if err := json.Unmarshal(input, &in); err != nil || in.TenantID == "" {
+		return "", core.Errorf(core.CodeInvalidInput, "tenantId is required").WithDetails(map[string]any{"field": "tenantId", "reason": "required"})
+	}
+	return in.TenantID, nil
+}
+
+func (s *Server) authenticate(ctx context.Context, cred iam.Credential) (*iam.Caller, error) {
+	if s.iam == nil {
+		return nil, core.Errorf(core.CodeUnauthn, "the credential is not valid")
+	}
+	return s.iam.Authenticate(ctx, cred)
+}
+
+// decide makes the method's one decision: Require for mutations, Authorize
+// for reads. Denials are opaque ACCESS_DENIED.
+func (s *Server) decide(ctx context.Context, c *Call) error {
+	d, err := chooseDecision(c.Method, c.Input)
+	if err != nil {
+		return err
+	}
+	c.Action = d.Action
+	c.DecisionTenant = c.TenantID
+	if d.Resource.Source == core.IDGlobal {
+		c.DecisionTenant = s.rootTenant
+	}
+	if c.Resource, err = s.resourceOf(d.Resource, c); err != nil {
+		return err
+	}
+	req := iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: c.Resource}
+	if c.Method.Kind.Mutates() {
+		return s.iam.Require(ctx, req)
+	}
+	dec, err := s.iam.Authorize(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !dec.Allowed {
+		return denied()
+	}
+	return nil
+}
+
+// chooseDecision picks the decision among a method's alternatives by its
+// input ("A or B" in the method table).
+func chooseDecision(m core.Method, input json.RawMessage) (core.Decision, error) {
+	if len(m.Decisions) == 1 {
+		return m.Decisions[0], nil
+	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(input, &fields)
+	var otherwise *core.Decision
+	for i, d := range m.Decisions {
+		raw, present := fields[d.When.Field]
+		switch {
+		case d.When.Field == "":
+			otherwise = &m.Decisions[i]
+		case len(d.When.Values) == 0 && present:
+			return d, nil
+		case present:
+			var v string
+			if json.Unmarshal(raw, &v) == nil && slices.Contains(d.When.Values, v) {
+				return d, nil
+			}
+		}
+	}
+	if otherwise != nil {
+		return *otherwise, nil
+	}
+	return core.Decision{}, core.Errorf(core.CodeInternal, "%s: no decision matches the input", m.FullName())
+}
+
+// resourceOf names the decided-on resource from the call's input.
+func (s *Server) resourceOf(ref core.ResourceRef, c *Call) (iam.Resource, error) {
+	typ := s.catalog.FullName(ref.Type)
+	switch ref.Source {
+	case core.IDGlobal:
+		return iam.Resource{Type: typ, ID: core.FleetID}, nil
+	case core.IDTenant:
+		return iam.Resource{Type: typ, ID: c.TenantID}, nil
+	case core.IDInput:
+		var fields map[string]json.RawMessage
+		var id string
+		if json.Unmarshal(c.Input, &fields) != nil || json.Unmarshal(fields[ref.Field], &id) != nil || id == "" {
+			return iam.Resource{}, core.Errorf(core.CodeInvalidInput, "%s is required", ref.Field).
+				WithDetails(map[string]any{"field": ref.Field, "reason": "required"})
+		}
+		return iam.Resource{Type: typ, ID: id}, nil
+	}
+	return iam.Resource{}, core.Errorf(core.CodeInternal, "%s: decisions on %s resources are not served yet", c.Method.FullName(), ref.Source)
+}
+
+// listRetryWait is how long a list waits for the projection to catch up
+// when IAM does not know an item yet, before it reloads the page once.
+const listRetryWait = 100 * time.Millisecond
+
+// runList reads a page in a read-only transaction and then, outside it,
+// keeps only the items the caller may read: cached allows are reused, the
+// rest go to AuthorizeMany in batches of at most 50. A NOT_FOUND (IAM does
+// not know an item yet) waits, reloads the page and retries once; any other
+// failure fails the whole request, never a partial list.
+func (s *Server) runList(ctx context.Context, c *Call, h handler) (any, error) {
+	for attempt := 0; ; attempt++ {
+		var p page
+		err := s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+			p, err = h.list(ctx, c, tx)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		kept, err := s.filterItems(ctx, c, p.items)
+		if errors.Is(err, core.ErrNotFound) && attempt == 0 {
+			if err := sleep(ctx, listRetryWait); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return p.answer(kept), nil
+	}
+}
+
+func (s *Server) filterItems(ctx context.Context, c *Call, items []item) ([]any, error) {
+	kept := make([]any, 0, len(items))
+	for start := 0; start < len(items); start += iam.MaxBatch {
+		batch := items[start:min(start+iam.MaxBatch, len(items))]
+		reqs := make([]iam.Request, len(batch))
+		for i, it := range batch {
+			reqs[i] = iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: it.resource}
+		}
+		decisions, err := s.iam.AuthorizeMany(ctx, reqs)
+		if err != nil {
+			return nil, err
+		}
+		if len(decisions) != len(reqs) {
+			return nil, core.Errorf(core.CodeInternal, "IAM answered %d decisions for %d items", len(decisions), len(reqs))
+		}
+		for i, d := range decisions {
+			if d.Allowed {
+				kept = append(kept, batch[i].value)
+			}
+		}
+	}
+	return kept, nil
+}
+
+// writeAudit records an allowed mutation's admission context in the
+// mutation's own transaction.
+func writeAudit(ctx context.Context, tx store.Tx, c *Call) error {
+	k := c.Caller
+	_, err := tx.Exec(ctx, `INSERT INTO audit_events
+		(id, tenant_id, method, action, resource_type, resource_id, identity_id, identity_kind,
+		 session_id, session_kind, mfa, agent_id, delegated_by, request_id, source_ip, override)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,NULLIF($12,''),NULLIF($13,''),$14,NULLIF($15,''),$16)`,
+		core.NewID("aud"), c.TenantID, c.Method.FullName(), c.Action, c.Resource.Type, c.Resource.ID,
+		k.IdentityID, k.IdentityKind, k.SessionID, k.SessionKind, k.MFA, k.AgentID, k.DelegatedBy,
+		c.Cred.RequestID, c.Cred.SourceIP, c.Override)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+// metricName keeps the metric's label set bounded: unknown names share one.
+func (s *Server) metricName(name string) string {
+	if _, ok := s.registry.Get(name); ok {
+		return name
+	}
+	return "unknown"
+}
+
+func resultCode(err error) string {
+	if err == nil {
+		return "OK"
+	}
+	return string(core.AsError(err).Code)
+}
+
+// decode reads a validated input into v.
+func decode(input json.RawMessage, v any) error {
+	if err := json.Unmarshal(input, v); err != nil {
+		return core.Wrap(core.CodeInvalidInput, err, "input does not match the method's fields")
+	}
+	return nil
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
