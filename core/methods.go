@@ -355,3 +355,23 @@ func nilIfEmpty[T any](s []T) []T {
 	}
 	return s
 }
+
+// ActionOnType is one (action, resource type) pair a method decides on.
+type ActionOnType struct {
+	Action string
+	Type   string // without the prefix
+}
+
+// DecisionPairs lists every distinct (action, type) pair the registry's
+// methods decide on, sorted: what the authorization matrix tests.
+func (r *Registry) DecisionPairs() []ActionOnType {
+	seen := map[ActionOnType]bool{}
+	for _, name := range r.order {
+		r.byName[name].eachDecision(func(d Decision) { seen[ActionOnType{d.Action, d.Resource.Type}] = true })
+	}
+	out := slices.Collect(maps.Keys(seen))
+	slices.SortFunc(out, func(a, b ActionOnType) int {
+		return strings.Compare(a.Action+" "+a.Type, b.Action+" "+b.Type)
+	})
+	return out
+}

@@ -30,7 +30,10 @@ func TestAdminValidation(t *testing.T) {
 		code  core.Code
 		field string
 	}{
-		{"tenant id", func() error { _, err := a.CreateTenant(ctx, CreateTenantInput{ID: "bad tenant", Name: "x"}); return err }, core.CodeInvalidInput, "id"},
+		{"tenant id", func() error {
+			_, err := a.CreateTenant(ctx, CreateTenantInput{ID: "bad tenant", Name: "x"})
+			return err
+		}, core.CodeInvalidInput, "id"},
 		{"tenant id too long", func() error {
 			_, err := a.CreateTenant(ctx, CreateTenantInput{ID: strings.Repeat("a", 129), Name: "x"})
 			return err
@@ -70,7 +73,10 @@ func TestAdminValidation(t *testing.T) {
 			_, err := a.DisableIdentity(ctx, IdentityRef{TenantID: "root", IdentityID: alice.ID})
 			return err
 		}, core.CodeNotFound, "identityId"},
-		{"identity id", func() error { _, err := a.DisableIdentity(ctx, IdentityRef{TenantID: "acme", IdentityID: "alice"}); return err }, core.CodeInvalidInput, "identityId"},
+		{"identity id", func() error {
+			_, err := a.DisableIdentity(ctx, IdentityRef{TenantID: "acme", IdentityID: "alice"})
+			return err
+		}, core.CodeInvalidInput, "identityId"},
 		{"session kind", func() error {
 			_, err := a.CreateToken(ctx, CreateTokenInput{TenantID: "acme", IdentityID: alice.ID, SessionKind: "web"})
 			return err
@@ -157,7 +163,10 @@ func TestAdminValidation(t *testing.T) {
 			_, err := a.ListRelations(ctx, ListRelationsInput{TenantID: "acme", ResourceID: "pool_1"})
 			return err
 		}, core.CodeInvalidInput, "resourceType"},
-		{"list limit", func() error { _, err := a.ListRelations(ctx, ListRelationsInput{TenantID: "acme", Limit: 5000}); return err }, core.CodeInvalidInput, "limit"},
+		{"list limit", func() error {
+			_, err := a.ListRelations(ctx, ListRelationsInput{TenantID: "acme", Limit: 5000})
+			return err
+		}, core.CodeInvalidInput, "limit"},
 		{"audit afterSeq", func() error { _, err := a.AuditEntries(ctx, AuditQuery{TenantID: "acme", AfterSeq: -1}); return err }, core.CodeInvalidInput, "afterSeq"},
 		{"audit tenant", func() error { _, err := a.VerifyAudit(ctx, TenantRef{TenantID: ""}); return err }, core.CodeInvalidInput, "tenantId"},
 	}

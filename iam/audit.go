@@ -138,15 +138,9 @@ func auditAppend(ctx context.Context, tx store.Tx, now time.Time, recs []auditRe
 	slices.Sort(tenants)
 	at := now.UnixMilli()
 	for _, tenant := range tenants {
-		if _, err := tx.Exec(ctx, `INSERT INTO iam_audit_heads (tenant_id, seq, hash) VALUES ($1, 0, $2)
-			ON CONFLICT (tenant_id) DO NOTHING`, tenant, auditGenesis()); err != nil {
-			return fmt.Errorf("audit: head: %w", err)
-		}
-		var seq int64
-		var prev []byte
-		if err := tx.QueryRow(ctx, `SELECT seq, hash FROM iam_audit_heads WHERE tenant_id = $1 FOR UPDATE`,
-			tenant).Scan(&seq, &prev); err != nil {
-			return fmt.Errorf("audit: lock head: %w", err)
+		seq, prev, err := auditLockHead(ctx, tx, tenant)
+		if err != nil {
+			return err
 		}
 		batch := &pgx.Batch{}
 		for _, r := range byTenant[tenant] {
@@ -182,6 +176,26 @@ func auditAppend(ctx context.Context, tx store.Tx, now time.Time, recs []auditRe
 		}
 	}
 	return nil
+}
+
+// auditLockHead locks a tenant's head row, making it on the chain's first
+// append, and returns the last seq and hash.
+func auditLockHead(ctx context.Context, tx store.Tx, tenant string) (int64, []byte, error) {
+	var seq int64
+	var hash []byte
+	const lock = `SELECT seq, hash FROM iam_audit_heads WHERE tenant_id = $1 FOR UPDATE`
+	err := tx.QueryRow(ctx, lock, tenant).Scan(&seq, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := tx.Exec(ctx, `INSERT INTO iam_audit_heads (tenant_id, seq, hash) VALUES ($1, 0, $2)
+			ON CONFLICT (tenant_id) DO NOTHING`, tenant, auditGenesis()); err != nil {
+			return 0, nil, fmt.Errorf("audit: head: %w", err)
+		}
+		err = tx.QueryRow(ctx, lock, tenant).Scan(&seq, &hash)
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("audit: lock head: %w", err)
+	}
+	return seq, hash, nil
 }
 
 const auditColumns = `tenant_id, seq, id, at, kind, identity_id, session_id, action, resource_type,

@@ -112,7 +112,9 @@ func TestExampleBoundedExtend(t *testing.T) {
 	_, strangerC := env.person("acme", "stranger")
 	env.relate(user, "user", "compute-pool", "pool_1")
 	extend := "compute:reservations:extend"
-	hours := func(h any) map[string]any { return map[string]any{"gpuModel": "H100", "gpuCount": 8, "durationHours": h} }
+	hours := func(h any) map[string]any {
+		return map[string]any{"gpuModel": "H100", "gpuCount": 8, "durationHours": h}
+	}
 	cases := []embExampleCase{
 		{"the owner to 72 hours", ownerC, extend, embReservation("rsv_1", owner.ID, hours(72)), true},
 		{"the owner to 73 hours", ownerC, extend, embReservation("rsv_2", owner.ID, hours(73)), false},

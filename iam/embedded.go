@@ -451,6 +451,30 @@ func (e *Embedded) loadFacts(ctx context.Context, items []embItem) ([]embFacts, 
 	if len(idx) == 0 {
 		return facts, nil
 	}
+	if len(idx) == 1 {
+		// One request (Authorize, Require): scalar parameters plan and run
+		// several times faster than the unnest form below.
+		f := &facts[idx[0]]
+		err := e.db.Pool.QueryRow(ctx, `SELECT
+				COALESCE((SELECT t.policy_version FROM iam_tenants t WHERE t.id = $1), 0),
+				COALESCE((SELECT i.disabled_at IS NULL AND i.tenant_id = $2 AND
+					($4 = '' OR EXISTS (SELECT 1 FROM iam_sessions s WHERE s.id = $4
+						AND s.identity_id = $3 AND s.revoked_at IS NULL AND s.expires_at > $9))
+					FROM iam_identities i WHERE i.id = $3), false),
+				COALESCE((SELECT i.groups FROM iam_identities i WHERE i.id = $3), '{}'),
+				ARRAY(SELECT r.relation FROM iam_relations r WHERE r.tenant_id = $1
+					AND r.subject_id = $3 AND r.resource_type = $5 AND r.resource_id = $6
+					ORDER BY r.relation),
+				ARRAY(SELECT r.relation FROM iam_relations r WHERE $7 <> '' AND r.tenant_id = $1
+					AND r.subject_id = $3 AND r.resource_type = $7 AND r.resource_id = $8
+					ORDER BY r.relation)`,
+			tenants[0], callerTenants[0], identities[0], sessions[0], rtypes[0], rids[0], ptypes[0], pids[0], e.now()).
+			Scan(&f.version, &f.active, &f.groups, &f.relations, &f.parentRels)
+		if err != nil {
+			return nil, core.Wrap(core.CodeUnavailable, err, "authorization is unavailable")
+		}
+		return facts, nil
+	}
 	rows, err := e.db.Pool.Query(ctx, `SELECT q.ord,
 			COALESCE((SELECT t.policy_version FROM iam_tenants t WHERE t.id = q.tenant_id), 0),
 			(i.id IS NOT NULL AND i.disabled_at IS NULL AND i.tenant_id = q.caller_tenant AND

@@ -95,3 +95,12 @@ func MigrateUp(ctx context.Context, url string) error {
 	_, err = m.Up(ctx)
 	return err
 }
+
+// Latest is the newest migration this binary carries.
+func (m *Migrator) Latest() (int64, error) {
+	sources := m.provider.ListSources()
+	if len(sources) == 0 {
+		return 0, nil
+	}
+	return sources[len(sources)-1].Version, nil
+}

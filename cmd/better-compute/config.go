@@ -40,11 +40,10 @@ func (c *config) settings(withListen bool) []setting {
 		{"temporal-tls-ca", "BC_TEMPORAL_TLS_CA", "CA bundle (PEM) that signs Temporal's server certificate", &c.Temporal.TLSCA, ""},
 		{"temporal-tls-server-name", "BC_TEMPORAL_TLS_SERVER_NAME", "server name to verify on Temporal's certificate", &c.Temporal.TLSServerName, ""},
 		{"log-level", "BC_LOG_LEVEL", "debug, info, warn or error", &c.LogLevel, "info"},
+		{"root-tenant", "BC_ROOT_TENANT", "the platform's (root) tenant id", &c.RootTenant, "root"},
 	}
 	if withListen {
-		s = append(s,
-			setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"},
-			setting{"root-tenant", "BC_ROOT_TENANT", "the platform's (root) tenant id", &c.RootTenant, "root"})
+		s = append(s, setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"})
 	}
 	return s
 }
