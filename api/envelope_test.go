@@ -198,7 +198,7 @@ func TestInvalidInputMakesNoIAMCall(t *testing.T) {
 	e := newEnv(t)
 	for _, body := range []string{
 		`{"tenantId":"acme","projectId":"pool_01hzzzzzzzzzzzzzzzzzzzzzzz"}`, // wrong prefix
-		`{"tenantId":"acme"}`,                     // missing projectId
+		`{"tenantId":"acme"}`,                    // missing projectId
 		`{"tenantId":"a b","projectId":"prj_x"}`, // bad tenant id
 		`{"tenantId":"acme","projectId":"prj_01hzzzzzzzzzzzzzzzzzzzzzzz","extra":1}`,
 	} {
