@@ -57,6 +57,8 @@ type handler struct {
 	// list reads one page of a "+ items" list; the envelope then keeps only
 	// the items the caller may read.
 	list func(ctx context.Context, c *Call, tx store.Tx) (page, error)
+	// admission serves a method whose decision is made on its draft.
+	admission *admission
 }
 
 // page is what a list handler read: its items, each with the resource it is
@@ -110,7 +112,13 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 		return nil, core.Errorf(core.CodeUnsupported, "%s is planned for %s", name, phaseOf(m)).
 			WithDetails(map[string]any{"reason": "planned", "phase": phaseOf(m)})
 	}
-	if err := s.decide(ctx, c); err != nil { // steps 6 and 7
+	if h.admission != nil { // step 6
+		if c.Method.Kind != core.KindAdmission {
+			return nil, core.Errorf(core.CodeInternal, "%s is not an admission", name)
+		}
+		return s.admit(ctx, c, h.admission)
+	}
+	if err := s.decide(ctx, c); err != nil { // step 7
 		return nil, err
 	}
 	switch { // step 8

@@ -34,9 +34,18 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 
 // countingPort counts the calls that reach a Port: it wraps the real one.
 type countingPort struct {
-	inner                                     iam.Port
-	authenticate, authorize, require, batches atomic.Int64
-	batchSizes                                sync.Map // call number → size
+	inner                                              iam.Port
+	authenticate, authorize, require, batches, refresh atomic.Int64
+	batchSizes                                         sync.Map // call number → size
+	// failRequire, when set, fails the next Require (a crash between the
+	// admission's first transaction and its decision).
+	failRequire atomic.Bool
+}
+
+// RefreshResource passes through, so the refresh reaches the projection.
+func (c *countingPort) RefreshResource(ctx context.Context, tenantID string, r iam.Resource) error {
+	c.refresh.Add(1)
+	return c.inner.(iam.Refresher).RefreshResource(ctx, tenantID, r)
 }
 
 func (c *countingPort) Authenticate(ctx context.Context, cred iam.Credential) (*iam.Caller, error) {
@@ -49,6 +58,9 @@ func (c *countingPort) Authorize(ctx context.Context, r iam.Request) (iam.Decisi
 }
 func (c *countingPort) Require(ctx context.Context, r iam.Request) error {
 	c.require.Add(1)
+	if c.failRequire.CompareAndSwap(true, false) {
+		return core.Errorf(core.CodeUnavailable, "IAM is unreachable")
+	}
 	return c.inner.Require(ctx, r)
 }
 func (c *countingPort) AuthorizeMany(ctx context.Context, rs []iam.Request) ([]iam.Decision, error) {
@@ -64,6 +76,7 @@ func (c *countingPort) reset() {
 	c.authorize.Store(0)
 	c.require.Store(0)
 	c.batches.Store(0)
+	c.refresh.Store(0)
 }
 
 // env is a real API: a migrated database, the authorization projection and
@@ -71,10 +84,13 @@ func (c *countingPort) reset() {
 // before the caches (what the envelope asks) and after them (what reaches
 // the embedded IAM).
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	url      string
+	server   *api.Server
+	catalog  *core.Catalog
 	store    *store.Store
 	queries  *queryCounter
+	cache    *iam.CachingPort
 	outer    *countingPort // what the envelope asks
 	inner    *countingPort // what reaches the embedded IAM
 	admin    *iam.Admin
@@ -83,7 +99,7 @@ type env struct {
 	stranger string // token of a person in acme with no policy
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, queries: &queryCounter{}}
@@ -110,7 +126,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.inner = &countingPort{inner: embedded}
-	e.outer = &countingPort{inner: iam.NewCachingPort(e.inner, iam.CacheOptions{})}
+	e.cache = iam.NewCachingPort(e.inner, iam.CacheOptions{})
+	e.outer = &countingPort{inner: e.cache.Port()}
 	if e.admin, err = iam.NewAdmin(iam.AdminConfig{Store: st, Catalog: catalog, RootTenantID: api.DefaultRootTenant}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +144,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.server, e.catalog = srv, catalog
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	e.url = hs.URL

@@ -94,9 +94,13 @@ func New(deps Deps) (*Server, error) {
 		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(),
 	}
 	s.handlers = s.registerHandlers()
-	for name := range s.handlers {
-		if _, ok := s.registry.Get(name); !ok {
+	for name, h := range s.handlers {
+		m, ok := s.registry.Get(name)
+		if !ok {
 			return nil, core.Errorf(core.CodeInvalidConfig, "handler for %s, which the registry lacks", name)
+		}
+		if (m.Kind == core.KindAdmission) != (h.admission != nil) {
+			return nil, core.Errorf(core.CodeInvalidConfig, "%s: an admission method needs an admission handler, and only it", name)
 		}
 	}
 	e := s.engine

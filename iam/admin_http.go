@@ -23,9 +23,12 @@ const MaxAdminBody = 1 << 20
 type adminMethod func(ctx context.Context, a *Admin, body []byte) (any, error)
 
 // adminCall adapts an Admin method to a JSON body, decoded strictly
-// (unknown fields and trailing data are INVALID_INPUT).
+// (unknown fields and trailing data are INVALID_INPUT); an empty body is {}.
 func adminCall[I, O any](fn func(*Admin, context.Context, I) (O, error)) adminMethod {
 	return func(ctx context.Context, a *Admin, body []byte) (any, error) {
+		if len(bytes.TrimSpace(body)) == 0 {
+			body = []byte("{}")
+		}
 		var in I
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
@@ -155,9 +158,6 @@ func AdminHandler(admin *Admin, port Port) http.Handler {
 			}
 			adminWriteErr(w, core.Errorf(core.CodeInvalidInput, "the body could not be read"))
 			return
-		}
-		if len(bytes.TrimSpace(body)) == 0 {
-			body = []byte("{}")
 		}
 		out, err := m(WithAdminActor(ctx, AdminActor{Caller: caller, RequestID: cred.RequestID}), admin, body)
 		if err != nil {

@@ -67,9 +67,9 @@ package iam
 // next integer (ceil), so an "at most" bound still holds: 72.5 hours is 73
 // for `resource.durationHours <= 72`. Resolvers should pass whole units
 // (durationHours as integer hours). A declared attribute whose value does
-// not fit its declared type (a string for a number, NaN, a number beyond
-// ±2^53) denies the decision with RESOLVE_FAILED: a resolver defect fails
-// closed. Types of another host (no catalog prefix) have no declared
+// not fit its declared type (a string for a number, NaN or ±Inf, a
+// fractional number beyond ±2^53, an unsigned beyond the Long range) denies
+// the decision with RESOLVE_FAILED: a resolver defect fails closed. Types of another host (no catalog prefix) have no declared
 // attributes: every attribute the host's resolver returns is passed on,
 // typed by its Go value (see cedarValue).
 //

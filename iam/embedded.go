@@ -73,6 +73,13 @@ type EmbeddedConfig struct {
 // relations on the resource and on its parent; (e) the tenant's policies
 // decide: a forbid wins, no permit denies.
 //
+// Types without the catalog's prefix (another host's) skip (b): the
+// catalog cannot vouch for them; they go to HostFallback, or deny
+// RESOURCE_RESOLVER_REQUIRED. A Caller whose identity is disabled, whose
+// session is revoked or expired, or whose identity is not of its claimed
+// tenant denies PRINCIPAL_INACTIVE at (d), whatever an authentication cache
+// still holds (a Caller without a SessionID is checked by its identity only).
+//
 // Embedded keeps no state but the parsed policies, checked against the
 // tenant's policy_version at every decision, so any number of processes
 // may share the database.

@@ -1,0 +1,185 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/store"
+)
+
+// An admission decides on the resource a call would create (or change), so
+// the draft must exist before the decision:
+//
+//	transaction 1: the idempotency row, the draft and its projection row
+//	(a replay by the same caller returns the stored result here, with no
+//	decision; the same key with another body is CONFLICT)
+//	RefreshResource, so the decision never reads a stale copy
+//	one Require on the draft
+//	transaction 2: the handler, the audit row and the stored result
+//
+// A crash after transaction 1 leaves a prepared row: the retry with the same
+// key finds it and decides on the same draft, so nothing is lost or doubled.
+
+// admission is an admission method's two halves.
+type admission struct {
+	// prepare writes the draft (and its authorization row) and returns the
+	// resource the decision is made on. The draft's id should derive from
+	// draftID so a retry finds the same row.
+	prepare func(ctx context.Context, c *Call, tx store.Tx, draftID string) (iam.Resource, error)
+	// complete runs after the decision allowed it, in transaction 2.
+	complete func(ctx context.Context, c *Call, tx store.Tx) (any, error)
+	// denied, optional, records a denial on the draft (in its own transaction).
+	denied func(ctx context.Context, c *Call, tx store.Tx) error
+}
+
+// admit runs an admission's steps 6 and 8.
+func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) {
+	var in struct {
+		IdempotencyKey string `json:"idempotencyKey"`
+	}
+	if err := decode(c.Input, &in); err != nil {
+		return nil, err
+	}
+	if _, keyed := c.Method.Schema.Field("idempotencyKey"); keyed && in.IdempotencyKey == "" {
+		return nil, core.Errorf(core.CodeInvalidInput, "idempotencyKey is required").
+			WithDetails(map[string]any{"field": "idempotencyKey", "reason": "required"})
+	}
+	d, err := chooseDecision(c.Method, c.Input)
+	if err != nil {
+		return nil, err
+	}
+	c.Action, c.DecisionTenant = d.Action, c.TenantID
+	hash, err := requestHash(c.Input)
+	if err != nil {
+		return nil, err
+	}
+	key := idempotencyKey{tenant: c.TenantID, identity: c.Caller.IdentityID, method: c.Method.FullName(), key: in.IdempotencyKey}
+
+	var replay json.RawMessage
+	err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { // transaction 1
+		if in.IdempotencyKey == "" { // a change of an existing row (reservations.extend)
+			c.Resource, err = a.prepare(ctx, c, tx, "")
+			return err
+		}
+		row, found, err := key.lock(ctx, tx)
+		switch {
+		case err != nil:
+			return err
+		case found && string(row.hash) != string(hash):
+			return core.Errorf(core.CodeConflict, "idempotencyKey %q was used with another request", in.IdempotencyKey).
+				WithDetails(map[string]any{"field": "idempotencyKey"})
+		case found && row.result != nil:
+			replay = row.result
+			return nil
+		case found:
+			c.Resource = row.resource // prepared before a crash: decide on it again
+			return nil
+		}
+		prefix := d.Resource.Prefix
+		c.Resource, err = a.prepare(ctx, c, tx, core.DerivedID(prefix, c.TenantID, c.Caller.IdentityID, in.IdempotencyKey))
+		if err != nil {
+			return err
+		}
+		return key.insert(ctx, tx, hash, c.Resource)
+	})
+	if err != nil || replay != nil {
+		return replay, err
+	}
+	if r, ok := s.iam.(iam.Refresher); ok {
+		if err := r.RefreshResource(ctx, c.DecisionTenant, c.Resource); err != nil {
+			return nil, core.Wrap(core.CodeUnavailable, err, "could not refresh the draft before deciding")
+		}
+	}
+	req := iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: c.Resource}
+	if err := s.iam.Require(ctx, req); err != nil {
+		if a.denied != nil && errors.Is(err, core.ErrAccessDenied) {
+			if derr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.denied(ctx, c, tx) }); derr != nil {
+				s.deps.Logger.Error("recording a denied admission", "error", derr)
+			}
+		}
+		return nil, err
+	}
+	var out any
+	err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { // transaction 2
+		if in.IdempotencyKey != "" {
+			row, found, err := key.lock(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if found && row.result != nil { // a concurrent retry finished first
+				replay = row.result
+				return nil
+			}
+		}
+		if out, err = a.complete(ctx, c, tx); err != nil {
+			return err
+		}
+		if in.IdempotencyKey != "" {
+			if err := key.complete(ctx, tx, out); err != nil {
+				return err
+			}
+		}
+		return writeAudit(ctx, tx, c)
+	})
+	if replay != nil {
+		return replay, err
+	}
+	return out, err
+}
+
+// requestHash is the SHA-256 of the input re-encoded canonically (object keys
+// sorted), so a retry with the same fields in another order still matches.
+func requestHash(input json.RawMessage) ([]byte, error) {
+	var v any
+	if err := json.Unmarshal(input, &v); err != nil {
+		return nil, core.Errorf(core.CodeInvalidInput, "input must be a JSON object")
+	}
+	canonical, err := json.Marshal(v) // encoding/json sorts map keys
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(canonical)
+	return sum[:], nil
+}
+
+type idempotencyKey struct{ tenant, identity, method, key string }
+
+type idempotencyRow struct {
+	hash     []byte
+	resource iam.Resource
+	result   json.RawMessage
+}
+
+func (k idempotencyKey) lock(ctx context.Context, tx store.Tx) (idempotencyRow, bool, error) {
+	var r idempotencyRow
+	err := tx.QueryRow(ctx, `SELECT request_hash, resource_type, resource_id, result FROM idempotency_keys
+		WHERE tenant_id = $1 AND identity_id = $2 AND method = $3 AND key = $4 FOR UPDATE`,
+		k.tenant, k.identity, k.method, k.key).Scan(&r.hash, &r.resource.Type, &r.resource.ID, &r.result)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+func (k idempotencyKey) insert(ctx context.Context, tx store.Tx, hash []byte, r iam.Resource) error {
+	_, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, identity_id, method, key, request_hash, resource_type, resource_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, k.tenant, k.identity, k.method, k.key, hash, r.Type, r.ID)
+	return err
+}
+
+func (k idempotencyKey) complete(ctx context.Context, tx store.Tx, result any) error {
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return fmt.Errorf("admission result: %w", err)
+	}
+	_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET result = $5, completed_at = now()
+		WHERE tenant_id = $1 AND identity_id = $2 AND method = $3 AND key = $4`, k.tenant, k.identity, k.method, k.key, raw)
+	return err
+}
