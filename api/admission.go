@@ -97,7 +97,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 			return nil, core.Wrap(core.CodeUnavailable, err, "could not refresh the draft before deciding")
 		}
 	}
-	req := iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: c.Resource}
+	req := c.request(c.Resource)
 	if err := s.iam.Require(ctx, req); err != nil {
 		if a.denied != nil && errors.Is(err, core.ErrAccessDenied) {
 			if derr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.denied(ctx, c, tx) }); derr != nil {

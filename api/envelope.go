@@ -48,6 +48,11 @@ type Call struct {
 	Override bool
 }
 
+// request is the call's question to IAM about r.
+func (c *Call) request(r iam.Resource) iam.Request {
+	return iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: r, RequestID: c.Cred.RequestID}
+}
+
 // handler serves one method. Exactly one of its functions is set.
 type handler struct {
 	// direct runs with no transaction (system methods).
@@ -185,7 +190,7 @@ func (s *Server) decide(ctx context.Context, c *Call) error {
 	if c.Resource, err = s.resourceOf(d.Resource, c); err != nil {
 		return err
 	}
-	req := iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: c.Resource}
+	req := c.request(c.Resource)
 	if c.Method.Kind.Mutates() {
 		return s.iam.Require(ctx, req)
 	}
@@ -287,7 +292,7 @@ func (s *Server) filterItems(ctx context.Context, c *Call, items []item) ([]any,
 		batch := items[start:min(start+iam.MaxBatch, len(items))]
 		reqs := make([]iam.Request, len(batch))
 		for i, it := range batch {
-			reqs[i] = iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: it.resource}
+			reqs[i] = c.request(it.resource)
 		}
 		decisions, err := s.iam.AuthorizeMany(ctx, reqs)
 		if err != nil {

@@ -169,11 +169,13 @@ type Relation struct {
 
 // Inputs of the admin service.
 
+// CreateTenantInput is the input of CreateTenant.
 type CreateTenantInput struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 }
 
+// CreateIdentityInput is the input of CreateIdentity.
 type CreateIdentityInput struct {
 	TenantID      string   `json:"tenantId"`
 	Kind          string   `json:"kind"`
@@ -182,17 +184,20 @@ type CreateIdentityInput struct {
 	Groups        []string `json:"groups"`
 }
 
+// SetIdentityGroupsInput is the input of SetIdentityGroups; the groups replace the identity's.
 type SetIdentityGroupsInput struct {
 	TenantID   string   `json:"tenantId"`
 	IdentityID string   `json:"identityId"`
 	Groups     []string `json:"groups"`
 }
 
+// IdentityRef names an identity of a tenant (GetIdentity, DisableIdentity).
 type IdentityRef struct {
 	TenantID   string `json:"tenantId"`
 	IdentityID string `json:"identityId"`
 }
 
+// CreateTokenInput is the input of CreateToken.
 type CreateTokenInput struct {
 	TenantID    string `json:"tenantId"`
 	IdentityID  string `json:"identityId"`
@@ -204,26 +209,31 @@ type CreateTokenInput struct {
 	DelegatedBy string `json:"delegatedBy"`
 }
 
+// SessionRef names a session of a tenant (RevokeToken).
 type SessionRef struct {
 	TenantID  string `json:"tenantId"`
 	SessionID string `json:"sessionId"`
 }
 
+// PutPolicyInput is the input of PutPolicy.
 type PutPolicyInput struct {
 	TenantID string `json:"tenantId"`
 	Name     string `json:"name"`
 	Cedar    string `json:"cedar"`
 }
 
+// PolicyRef names a policy of a tenant (DeletePolicy).
 type PolicyRef struct {
 	TenantID string `json:"tenantId"`
 	Name     string `json:"name"`
 }
 
+// TenantRef names a tenant (GetTenant, ListPolicies, VerifyAudit).
 type TenantRef struct {
 	TenantID string `json:"tenantId"`
 }
 
+// ListRelationsInput is the input of ListRelations.
 type ListRelationsInput struct {
 	TenantID     string `json:"tenantId"`
 	SubjectID    string `json:"subjectId"`    // optional filter
@@ -232,6 +242,7 @@ type ListRelationsInput struct {
 	Limit        int    `json:"limit"`        // 0 means DefaultAdminPageSize
 }
 
+// AuditQuery is the input of AuditEntries.
 type AuditQuery struct {
 	TenantID string `json:"tenantId"`
 	AfterSeq int64  `json:"afterSeq"`

@@ -339,23 +339,5 @@ func PruneAuthzChanges(ctx context.Context, q DBTX, keep time.Duration) (int64, 
 // committed before) and then on every notification, until ctx ends or the
 // connection fails; it returns the reason. The caller reconnects.
 func (s *Store) ListenAuthzChanges(ctx context.Context, notify func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.Pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return fmt.Errorf("store: listen %s: connect: %w", AuthzChannel, err)
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, `LISTEN `+AuthzChannel); err != nil {
-		return fmt.Errorf("store: listen %s: %w", AuthzChannel, err)
-	}
-	notify()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("store: listen %s: %w", AuthzChannel, err)
-		}
-		notify()
-	}
+	return s.Listen(ctx, AuthzChannel, notify, func(string) { notify() })
 }

@@ -37,10 +37,10 @@ import (
 // Options configures Start. The zero value runs an in-memory SQLite server
 // on a free loopback port with the "default" namespace and no UI.
 type Options struct {
-	// FrontendAddr is the gRPC address clients dial, an IP literal and a
-	// port, e.g. "127.0.0.1:7233". Port 0 (or an empty string, meaning
-	// "127.0.0.1:0") picks a free port. The internal services listen on
-	// free ports of the same IP.
+	// FrontendAddr is the gRPC address clients dial, an IP literal (or
+	// "localhost", meaning 127.0.0.1) and a port, e.g. "127.0.0.1:7233".
+	// Port 0 (or an empty string, meaning "127.0.0.1:0") picks a free port.
+	// The internal services listen on free ports of the same IP.
 	FrontendAddr string
 
 	// UIAddr, when set, serves the web UI there, e.g. "127.0.0.1:8233"
@@ -462,6 +462,9 @@ func splitHostPort(addr string) (string, int, error) {
 	h, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", 0, err
+	}
+	if h == "" || h == "localhost" {
+		h = loopback
 	}
 	if net.ParseIP(h) == nil {
 		return "", 0, fmt.Errorf("host %q is not an IP address", h)

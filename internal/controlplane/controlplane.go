@@ -42,7 +42,8 @@ type ControlPlane struct {
 }
 
 // New loads the authorization projection (so the first decision does not
-// deny), starts tailing it, and builds the API. Close stops the tailer.
+// deny), starts tailing it and following IAM's change events (which drop
+// cached answers), and builds the API. Close stops both.
 func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if cfg.RootTenant == "" {
 		cfg.RootTenant = api.DefaultRootTenant
@@ -94,10 +95,11 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	cp := &ControlPlane{API: srv, IAM: caching, Admin: admin, Projection: projection, Catalog: catalog, Warnings: warnings, stop: stop}
 	cp.wg.Go(func() { _ = projection.Run(runCtx) })
+	cp.wg.Go(func() { caching.FollowEvents(runCtx, cfg.Store, cfg.Logger.With("component", "iam-events")) })
 	return cp, nil
 }
 
-// Close stops the projection's tailer.
+// Close stops the projection's tailer and the IAM events listener.
 func (cp *ControlPlane) Close() {
 	cp.stop()
 	cp.wg.Wait()

@@ -1,0 +1,71 @@
+package iam_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/internal/testenv"
+)
+
+// A token revoked through IAM stops authenticating at once in a process
+// that had cached it, not after the cache's 30 seconds: the revocation's
+// NOTIFY drops it.
+func TestRevocationReachesTheCacheThroughIAMEvents(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := testenv.Store(t)
+	catalog, err := core.DefaultCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := iam.NewAdmin(iam.AdminConfig{Store: st, Catalog: catalog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := iam.Bootstrap(ctx, admin, iam.BootstrapOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	projection := iam.NewProjection(st, iam.ProjectionOptions{Catalog: catalog})
+	resolver, err := iam.NewProjectionResolver(iam.ProjectionResolverConfig{Projection: projection, Catalog: catalog, RootTenant: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, err := iam.NewEmbedded(iam.EmbeddedConfig{Store: st, Catalog: catalog, Resolver: resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := iam.NewCachingPort(embedded, iam.CacheOptions{})
+	done := make(chan struct{})
+	go func() { defer close(done); cache.FollowEvents(ctx, st, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	defer func() { cancel(); <-done }()
+
+	cred := iam.Credential{Authorization: "Bearer " + boot.UserToken}
+	if _, err := cache.Authenticate(ctx, cred); err != nil {
+		t.Fatal(err)
+	}
+	if s := cache.Stats(); s.Authentications.Entries != 1 {
+		t.Fatalf("the authentication is not cached: %+v", s.Authentications)
+	}
+	if _, err := admin.RevokeToken(ctx, iam.SessionRef{TenantID: boot.TenantID, SessionID: boot.UserSessionID}); err != nil {
+		t.Fatal(err)
+	}
+	// Wait (bounded) for the notification to arrive; what is asserted is the
+	// outcome, not how long it took.
+	deadline := time.Now().Add(30 * time.Second)
+	for cache.Stats().Authentications.Entries != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the revocation never reached the cache")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := cache.Authenticate(ctx, cred); !errors.Is(err, core.ErrUnauthn) {
+		t.Fatalf("a revoked token authenticates: %v", err)
+	}
+}
