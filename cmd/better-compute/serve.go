@@ -2,14 +2,53 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workers"
 )
+
+// backends are what production mode connects to: it never starts them.
+type backends struct {
+	logger   *slog.Logger
+	store    *store.Store
+	temporal client.Client
+}
+
+func (b *backends) close() {
+	if b.temporal != nil {
+		b.temporal.Close()
+	}
+	if b.store != nil {
+		b.store.Close()
+	}
+}
+
+// connect loads the configuration, then opens the database and dials Temporal.
+func connect(cmd *cobra.Command, cfg *config, withListen bool) (*backends, error) {
+	if err := cfg.load(cmd, withListen); err != nil {
+		return nil, err
+	}
+	b := &backends{}
+	var err error
+	if b.logger, err = jsonLogger(cfg.LogLevel); err != nil {
+		return nil, err
+	}
+	ctx := cmd.Context()
+	if b.store, err = store.Open(ctx, cfg.DatabaseURL); err != nil {
+		return nil, err
+	}
+	if b.temporal, err = workers.Dial(ctx, cfg.Temporal, b.logger); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
 
 func serveCmd() *cobra.Command {
 	var cfg config
@@ -18,40 +57,27 @@ func serveCmd() *cobra.Command {
 		Short: "Run the HTTP API against an existing PostgreSQL and Temporal",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cfg.load(cmd, true); err != nil {
-				return err
-			}
-			logger, err := jsonLogger(cfg.LogLevel)
+			b, err := connect(cmd, &cfg, true)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			st, err := store.Open(ctx, cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			tc, err := workers.Dial(ctx, cfg.Temporal, logger)
-			if err != nil {
-				return err
-			}
-			defer tc.Close()
+			defer b.close()
 			ln, err := net.Listen("tcp", cfg.Listen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
-			cp, err := controlplane.New(ctx, controlplane.Config{
-				Store: st, Temporal: tc, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant, Logger: logger,
+			cp, err := controlplane.New(cmd.Context(), controlplane.Config{
+				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant, Logger: b.logger,
 			})
 			if err != nil {
 				return err
 			}
 			defer cp.Close()
 			for _, w := range cp.Warnings {
-				logger.Warn(w.Message, "warning", w.Code, "subject", w.Subject)
+				b.logger.Warn(w.Message, "warning", w.Code, "subject", w.Subject)
 			}
-			logger.Info("api listening", "addr", ln.Addr().String())
-			return cp.API.Serve(ctx, ln)
+			b.logger.Info("api listening", "addr", ln.Addr().String())
+			return cp.API.Serve(cmd.Context(), ln)
 		},
 	}
 	cfg.bind(cmd.Flags(), true)
@@ -65,30 +91,17 @@ func workerCmd() *cobra.Command {
 		Short: "Run the control-plane Temporal worker against an existing PostgreSQL and Temporal",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cfg.load(cmd, false); err != nil {
-				return err
-			}
-			logger, err := jsonLogger(cfg.LogLevel)
+			b, err := connect(cmd, &cfg, false)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			st, err := store.Open(ctx, cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			tc, err := workers.Dial(ctx, cfg.Temporal, logger)
-			if err != nil {
-				return err
-			}
-			defer tc.Close()
-			w := workers.NewControlPlane(tc, workers.Deps{Store: st})
+			defer b.close()
+			w := workers.NewControlPlane(b.temporal, workers.Deps{Store: b.store})
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
-			logger.Info("worker running", "taskQueue", workers.ControlPlaneQueue)
-			<-ctx.Done()
+			b.logger.Info("worker running", "taskQueue", workers.ControlPlaneQueue)
+			<-cmd.Context().Done()
 			w.Stop()
 			return nil
 		},
