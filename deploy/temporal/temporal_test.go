@@ -8,12 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +20,8 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/better-compute/better-compute/deploy/postgres"
 )
 
 // testTimeout bounds each test's interactions with the server. It is a
@@ -47,11 +46,15 @@ func TestPostgresRestartKeepsWorkflows(t *testing.T) {
 	}
 	stopServer(t, first)
 	first.Stop() // idempotent
+	migrations := schemaUpdates(ctx, t, pg)
 
 	// Same databases, same frontend port: the port must have been released
 	// and the data must still be there, without a new schema setup.
 	opts.FrontendAddr = first.FrontendAddr()
 	second := startServer(ctx, t, opts)
+	if again := schemaUpdates(ctx, t, pg); again != migrations {
+		t.Fatalf("schema updates after restart = %v, want %v (no schema work on a current database)", again, migrations)
+	}
 	c := dial(ctx, t, second.FrontendAddr(), "better-compute")
 
 	desc, err := c.DescribeWorkflowExecution(ctx, workflowID, runID)
@@ -186,6 +189,27 @@ func runGreeting(ctx context.Context, t *testing.T, addr, namespace, workflowID,
 
 // --- helpers ---
 
+// schemaUpdates counts the schema steps recorded in both Temporal databases.
+func schemaUpdates(ctx context.Context, t testing.TB, pg PostgresStore) [2]int {
+	t.Helper()
+	var n [2]int
+	for i, db := range []string{"temporal", "temporal_visibility"} {
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", pg.User, pg.Host, pg.Port, db))
+		if err != nil {
+			t.Fatalf("connect to %s: %v", db, err)
+		}
+		err = conn.QueryRow(ctx, `SELECT count(*) FROM schema_update_history`).Scan(&n[i])
+		_ = conn.Close(ctx)
+		if err != nil {
+			t.Fatalf("count schema updates in %s: %v", db, err)
+		}
+		if n[i] == 0 {
+			t.Fatalf("no schema updates recorded in %s", db)
+		}
+	}
+	return n
+}
+
 func testContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
@@ -232,107 +256,38 @@ func dial(ctx context.Context, t testing.TB, addr, namespace string) client.Clie
 
 func freeTestPort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := postgres.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
-const pgBin = "/usr/lib/postgresql/15/bin"
-
-// startTestPostgres runs a throwaway PostgreSQL 15 server as the "postgres"
-// OS user on a free loopback port with trust authentication, and returns
-// where to find it. The server and its files go away when the test ends.
-// Extra settings are passed as postgres -c options.
+// startTestPostgres runs a throwaway PostgreSQL server (the project's own
+// deploy/postgres) for one test; extra settings are "name=value".
 func startTestPostgres(t testing.TB, settings ...string) PostgresStore {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(pgBin, "postgres")); err != nil {
-		t.Skipf("PostgreSQL binaries not available: %v", err)
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
 	}
-	pgUser, err := user.Lookup("postgres")
-	if err != nil {
-		t.Skipf("no postgres OS user: %v", err)
-	}
-	uid, _ := strconv.ParseUint(pgUser.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(pgUser.Gid, 10, 32)
-	asPostgres := func(cmd *exec.Cmd) *exec.Cmd {
-		if os.Geteuid() == 0 {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-		}
-		return cmd
-	}
-
-	// t.TempDir is private to root; PostgreSQL needs a directory it owns.
 	dir, err := os.MkdirTemp("", "temporal-test-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if os.Geteuid() == 0 {
-		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
-			t.Fatal(err)
-		}
+	// The server may run as the postgres OS user, which must reach in.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	data := filepath.Join(dir, "data")
-
-	initdb := asPostgres(exec.Command(filepath.Join(pgBin, "initdb"),
-		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"))
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+	set := map[string]string{"fsync": "off"}
+	for _, kv := range settings {
+		k, v, _ := strings.Cut(kv, "=")
+		set[k] = v
 	}
-
-	port := freeTestPort(t)
-	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"}
-	for _, s := range settings {
-		args = append(args, "-c", s)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	c, err := postgres.Start(context.Background(), postgres.Options{DataDir: filepath.Join(dir, "data"), Settings: set})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logFile.Close()
-	srv := asPostgres(exec.Command(filepath.Join(pgBin, "postgres"), args...))
-	srv.Stdout, srv.Stderr = logFile, logFile
-	if err := srv.Start(); err != nil {
-		t.Fatalf("start postgres: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = srv.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = srv.Process.Kill()
-			<-exited
-		}
-	})
-
-	store := PostgresStore{Host: "127.0.0.1", Port: port, User: "postgres", SSLMode: "disable"}
-	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		conn, err := pgx.Connect(ctx, dsn)
-		if err == nil {
-			_ = conn.Close(ctx)
-			cancel()
-			return store
-		}
-		cancel()
-		select {
-		case <-exited:
-			pgLog, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			t.Fatalf("postgres exited during startup:\n%s", pgLog)
-		default:
-		}
-		if time.Now().After(deadline) {
-			pgLog, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			t.Fatalf("postgres not accepting connections: %v\n%s", err, pgLog)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return PostgresStore{Host: c.Host(), Port: c.Port(), User: c.User(), SSLMode: "disable"}
 }
