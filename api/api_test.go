@@ -72,7 +72,7 @@ func TestCallErrors(t *testing.T) {
 		{"unknown method", "/api/compute/nope/nope", `{}`, nil, 404, "NOT_FOUND"},
 		{"unknown route", "/api/other", `{}`, nil, 404, "NOT_FOUND"},
 		{"bogus bearer", "/api/compute/system/whoami", `{}`, http.Header{"Authorization": {"Bearer x"}}, 401, "UNAUTHENTICATED"},
-		{"bogus cookie", "/api/compute/system/whoami", `{}`, http.Header{"Cookie": {iamCookie + "=x"}}, 401, "UNAUTHENTICATED"},
+		{"bogus cookie", "/api/compute/system/whoami", `{}`, http.Header{"Cookie": {iam.SessionCookie + "=x"}}, 401, "UNAUTHENTICATED"},
 		{"no credential", "/api/compute/projects/list", `{"tenantId":"acme"}`, nil, 401, "UNAUTHENTICATED"},
 	}
 	for _, c := range cases {

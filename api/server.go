@@ -121,7 +121,7 @@ func New(deps Deps) (*Server, error) {
 }
 
 // DefaultRootTenant is the platform's tenant id unless configured otherwise.
-const DefaultRootTenant = "root"
+const DefaultRootTenant = iam.DefaultRootTenantID
 
 // ServeHTTP makes the server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
@@ -142,7 +142,7 @@ func (s *Server) handleCall(c *gin.Context) {
 		UserAgent:     c.GetHeader("User-Agent"),
 	}
 	if cred.Authorization == "" {
-		if ck, err := c.Request.Cookie(iamCookie); err == nil {
+		if ck, err := c.Request.Cookie(iam.SessionCookie); err == nil {
 			cred.Cookie = ck.Value
 		}
 	}

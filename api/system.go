@@ -7,9 +7,6 @@ import (
 	"github.com/better-compute/better-compute/internal/buildinfo"
 )
 
-// iamCookie is the session cookie a browser presents instead of a bearer.
-const iamCookie = "bc_session"
-
 // APIVersion is the version of the call contract this server speaks.
 const APIVersion = "v0.1"
 
