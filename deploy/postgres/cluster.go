@@ -86,6 +86,28 @@ func pgMajor(dir string) int {
 // stopped first so the new one owns it. When the process runs as root the
 // server runs as the "postgres" OS user, since PostgreSQL refuses root.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
+	bindir, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	c, err := prepare(ctx, o, bindir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(c.opts.DataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		if err := c.initdb(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.takeOver(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// prepare fills in o's defaults and makes the data directory, the socket
+// directory and the log file, owned by the server's OS user.
+func prepare(ctx context.Context, o Options, bindir string) (*Cluster, error) {
 	if o.DataDir == "" {
 		return nil, errors.New("postgres: DataDir is required")
 	}
@@ -110,10 +132,6 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	bindir, err := BinDir()
-	if err != nil {
-		return nil, err
-	}
 	c := &Cluster{opts: o, bindir: bindir}
 	if os.Geteuid() == 0 {
 		if c.osUser, err = user.Lookup("postgres"); err != nil {
@@ -131,20 +149,17 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := c.touchOwned(o.LogFile); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(o.DataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
-		if err := c.initdb(ctx); err != nil {
-			return nil, err
-		}
-	}
-	// A server still running on this data directory (its parent was killed
-	// before it could stop it) is stopped so this process owns the cluster.
+	return c, nil
+}
+
+// takeOver starts the server on the prepared data directory. A server still
+// running on it (its parent was killed before it could stop it) is stopped
+// first so this process owns the cluster.
+func (c *Cluster) takeOver(ctx context.Context) error {
 	if c.pgCtl(ctx, "status") == nil {
 		_ = c.pgCtl(ctx, "stop", "-m", "fast", "-w")
 	}
-	if err := c.startServer(ctx); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return c.startServer(ctx)
 }
 
 // startServer runs postgres as our child, in its own process group so a
@@ -278,6 +293,9 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 		gid, _ := strconv.Atoi(c.osUser.Gid)
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		cmd.Dir = "/"
+		// Its own home, not root's: libpq looks there for ~/.pgpass, and
+		// pg_basebackup -R writes that path into primary_conninfo.
+		cmd.Env = append(cmd.Env, "HOME="+c.osUser.HomeDir)
 	}
 	return cmd
 }

@@ -10,6 +10,8 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,6 +41,9 @@ var harness struct {
 	dir     string
 	err     error
 	next    int
+	// replica streams from cluster; started by the first Replica.
+	replica    *postgres.Cluster
+	replicaErr error
 }
 
 // Main runs the tests and then stops the cluster and removes its files, also
@@ -53,9 +58,13 @@ func Main(m *testing.M) {
 func stop() {
 	harness.mu.Lock()
 	defer harness.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if harness.replica != nil {
+		_ = harness.replica.Stop(ctx)
+		harness.replica = nil
+	}
 	if harness.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
 		_ = harness.cluster.Stop(ctx)
 		harness.cluster = nil
 	}
@@ -115,6 +124,79 @@ func start() (*postgres.Cluster, string, error) {
 		return nil, "", fmt.Errorf("migrating the template: %w", err)
 	}
 	return c, dir, nil
+}
+
+// Replica returns a streaming replica (a read-only hot standby) of the
+// binary's cluster, starting it on first use; Main stops it. Every database
+// of the cluster, the per-test ones included, arrives on it through the WAL,
+// a moment after the primary commits: see ReplicaURL.
+//
+// The replica is shared by the binary's tests. A test that pauses its replay
+// (PauseReplay) holds up every test reading from it, so it must not run in
+// parallel with them and must resume replay, also when it fails:
+//
+//	r := testenv.Replica(t)
+//	t.Cleanup(func() { _ = r.ResumeReplay(context.Background()) })
+func Replica(t testing.TB) *postgres.Cluster {
+	t.Helper()
+	primary := Cluster(t)
+	harness.mu.Lock()
+	defer harness.mu.Unlock()
+	if harness.replica == nil && harness.replicaErr == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		harness.replica, harness.replicaErr = primary.StartReplica(ctx, postgres.ReplicaOptions{
+			DataDir: filepath.Join(harness.dir, "replica"),
+		})
+	}
+	if harness.replicaErr != nil {
+		t.Fatalf("testenv: starting the replica: %v", harness.replicaErr)
+	}
+	return harness.replica
+}
+
+// ReplicaURL returns the URL of primaryURL's database (one DatabaseURL gave)
+// on the replica, once the replica has replayed its creation; it waits up to
+// a minute. Rows committed on the primary reach the replica asynchronously,
+// so a test polls for them (or compares Cluster(t).CurrentLSN with
+// Replica(t).ReplayLSN).
+func ReplicaURL(t testing.TB, primaryURL string) string {
+	t.Helper()
+	primary, replica := Cluster(t), Replica(t)
+	u, err := url.Parse(primaryURL)
+	if err != nil {
+		t.Fatalf("testenv: ReplicaURL: %v", err)
+	}
+	want := net.JoinHostPort(primary.Host(), strconv.Itoa(primary.Port()))
+	db := strings.TrimPrefix(u.Path, "/")
+	if u.Host != want || db == "" {
+		t.Fatalf("testenv: ReplicaURL: %s is not a database of the test cluster (%s)", primaryURL, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, replica.URL("postgres"))
+	if err != nil {
+		t.Fatalf("testenv: ReplicaURL: %v", err)
+	}
+	defer conn.Close(context.Background())
+	for {
+		var exists bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, db).Scan(&exists)
+		if err == nil && exists {
+			return replica.URL(db)
+		}
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+				continue
+			}
+		}
+		var state string
+		_ = conn.QueryRow(context.Background(), `SELECT pg_get_wal_replay_pause_state()`).Scan(&state)
+		t.Fatalf("testenv: database %s did not reach the replica (replay: %s): %v", db, state, err)
+	}
 }
 
 // removeStale deletes the clusters of earlier test binaries that died

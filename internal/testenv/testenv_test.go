@@ -2,7 +2,14 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/better-compute/better-compute/store"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -20,5 +27,54 @@ func TestEachTestGetsItsOwnMigratedDatabase(t *testing.T) {
 	var ext string
 	if err := b.Pool.QueryRow(ctx, `SELECT extname FROM pg_extension WHERE extname = 'btree_gist'`).Scan(&ext); err != nil {
 		t.Fatalf("the template was not migrated: %v", err)
+	}
+}
+
+func TestReplicaURLServesTheTestDatabaseFromTheReplica(t *testing.T) {
+	ctx := context.Background()
+	primaryURL := DatabaseURL(t)
+	s, err := store.Open(ctx, primaryURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Pool.Exec(ctx, `CREATE TABLE seen (v int); INSERT INTO seen VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+
+	replicaURL := ReplicaURL(t, primaryURL)
+	if replicaURL == primaryURL {
+		t.Fatal("ReplicaURL returned the primary's URL")
+	}
+	conn, err := pgx.Connect(ctx, replicaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var inRecovery bool
+	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil || !inRecovery {
+		t.Fatalf("ReplicaURL's server in recovery = %v, %v", inRecovery, err)
+	}
+	var ext string
+	if err := conn.QueryRow(ctx, `SELECT extname FROM pg_extension WHERE extname = 'btree_gist'`).Scan(&ext); err != nil {
+		t.Fatalf("the migrated schema is not on the replica: %v", err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&n)
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the row never reached the replica: %d, %v", n, err)
+		}
+	}
+	_, err = conn.Exec(ctx, `INSERT INTO seen VALUES (2)`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("a write on the replica: %v, want read_only_sql_transaction (25006)", err)
+	}
+	if Replica(t) != Replica(t) {
+		t.Fatal("the binary has more than one replica")
 	}
 }
