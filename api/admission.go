@@ -64,6 +64,10 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 
 	var replay json.RawMessage
 	err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { // transaction 1
+		// Flushed at commit, so a remote IAM's refresh can wait for exactly it.
+		if err := store.SyncCommit(ctx, tx); err != nil {
+			return err
+		}
 		if in.IdempotencyKey == "" { // a change of an existing row (reservations.extend)
 			c.Resource, err = a.prepare(ctx, c, tx, "")
 			return err

@@ -20,7 +20,7 @@ var families = map[string]string{"postgres": "data", "load-balancer": "network"}
 // only its authorization row (the module itself comes with its issue): the
 // envelope's admission steps are what is under test, decided by the shipped
 // "data family only" policy.
-func serveCloudResourceDrafts(t *testing.T, e *env) {
+func serveCloudResourceDrafts(t testing.TB, e *env) {
 	t.Helper()
 	ctx := context.Background()
 	data, ok := policies.Get("data-cloud-resources")

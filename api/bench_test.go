@@ -3,7 +3,9 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/better-compute/better-compute/api"
 )
@@ -82,6 +84,39 @@ func BenchmarkList500(b *testing.B) {
 					b.Fatalf("list = %d items, %v", len(list.Items), err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkAdmission times one admission end to end over HTTP (transaction
+// 1, refresh, Require, transaction 2) with the embedded IAM and with the
+// remote IAM (an IAM host over HTTP reading a streaming replica, with signed
+// refresh), side by side in one run, and reports p50 and p99.
+func BenchmarkAdmission(b *testing.B) {
+	modes := []struct {
+		name string
+		env  func(b *testing.B) *env
+	}{
+		{"embedded", func(b *testing.B) *env { return newEnv(b) }},
+		{"remote-refresh", func(b *testing.B) *env { e, _, _ := newRemoteEnv(b, true); return e }},
+	}
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			e := m.env(b)
+			serveCloudResourceDrafts(b, e)
+			var lat []time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				start := time.Now()
+				if status, body := e.call(e.stranger, "cloudResources.create", createBody(fmt.Sprintf("b%d", i), "postgres")); status != 200 {
+					b.Fatalf("admission = %d %s", status, body)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 		})
 	}
 }

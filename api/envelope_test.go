@@ -86,6 +86,7 @@ func (c *countingPort) reset() {
 type env struct {
 	t        testing.TB
 	url      string
+	dbURL    string
 	server   *api.Server
 	catalog  *core.Catalog
 	store    *store.Store
@@ -103,7 +104,8 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, queries: &queryCounter{}}
-	st, err := store.Open(ctx, testenv.DatabaseURL(t), func(c *pgxpool.Config) { c.ConnConfig.Tracer = e.queries })
+	e.dbURL = testenv.DatabaseURL(t)
+	st, err := store.Open(ctx, e.dbURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = e.queries })
 	if err != nil {
 		t.Fatal(err)
 	}

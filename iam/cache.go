@@ -45,6 +45,9 @@ type CacheOptions struct {
 	MaxAuthentications int              // DefaultCacheEntries
 	MaxDecisions       int              // DefaultCacheEntries
 	Now                func() time.Time // the clock; time.Now
+	// AuthenticationsOnly caches no decisions: for an IAM host, whose API
+	// servers already cache read allows (two caches would double their age).
+	AuthenticationsOnly bool
 }
 
 // CacheCounters are one cache's statistics. Entries is the number held now;
@@ -72,8 +75,9 @@ type CacheStats struct {
 // to get a view that implements Refresher exactly when the inner port does,
 // or Refresher() to reach the inner Refresher directly.
 type CachingPort struct {
-	inner Port
-	now   func() time.Time
+	inner    Port
+	now      func() time.Time
+	authOnly bool // AuthenticationsOnly
 
 	mu   sync.Mutex
 	auth *lru[[sha256.Size]byte, authEntry]
@@ -118,6 +122,7 @@ func NewCachingPort(inner Port, opts CacheOptions) *CachingPort {
 	return &CachingPort{
 		inner:    inner,
 		now:      opts.Now,
+		authOnly: opts.AuthenticationsOnly,
 		auth:     newLRU[[sha256.Size]byte, authEntry](opts.MaxAuthentications, opts.AuthTTL),
 		dec:      newLRU[decisionKey, decisionEntry](opts.MaxDecisions, opts.DecisionTTL),
 		inflight: make(map[uint64]int),
@@ -184,6 +189,11 @@ func (p *CachingPort) Authenticate(ctx context.Context, cred Credential) (*Calle
 		p.mu.Unlock()
 		c := e.caller // get returned a copy
 		c.SourceIP = cred.SourceIP
+		if c.credential != nil { // forward this request's headers, not the first one's
+			k := cred
+			k.SourceIP, k.RequestID = "", ""
+			c.credential = &k
+		}
 		return &c, nil
 	}
 	f := p.takeOffLocked()
@@ -256,7 +266,7 @@ func decisionKeyOf(r *Request) (decisionKey, bool) {
 // Only allows are stored.
 func (p *CachingPort) Authorize(ctx context.Context, req Request) (Decision, error) {
 	key, cacheable := decisionKeyOf(&req)
-	if !cacheable {
+	if !cacheable || p.authOnly {
 		return p.inner.Authorize(ctx, req)
 	}
 	now := p.now()
@@ -293,6 +303,9 @@ func (p *CachingPort) Require(ctx context.Context, req Request) error {
 // takes any number of requests. New allows are stored only when every batch
 // succeeded.
 func (p *CachingPort) AuthorizeMany(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if p.authOnly {
+		return p.inner.AuthorizeMany(ctx, reqs)
+	}
 	out := make([]Decision, len(reqs))
 	if len(reqs) == 0 {
 		return out, nil

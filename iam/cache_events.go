@@ -17,11 +17,18 @@ const EventsChannel = "iam_events"
 // FollowEvents drops cached answers as IAM changes, in every process, until
 // ctx ends: a revoked session, a disabled or regrouped identity, a changed
 // relation or policy. It reconnects after a failure, and clears both caches
-// whenever it (re)connects, since changes may have been missed meanwhile.
-func (c *CachingPort) FollowEvents(ctx context.Context, s *store.Store, logger *slog.Logger) {
+// whenever it (re)connects, since changes may have been missed meanwhile;
+// connected, when not nil, runs after each (re)connection.
+func (c *CachingPort) FollowEvents(ctx context.Context, s *store.Store, logger *slog.Logger, connected func()) {
+	onConnect := func() {
+		c.Clear()
+		if connected != nil {
+			connected()
+		}
+	}
 	wait := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := s.Listen(ctx, EventsChannel, c.Clear, c.ApplyEvent)
+		err := s.Listen(ctx, EventsChannel, onConnect, c.ApplyEvent)
 		if ctx.Err() != nil {
 			return
 		}

@@ -42,9 +42,19 @@ func TestRevocationReachesTheCacheThroughIAMEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	cache := iam.NewCachingPort(embedded, iam.CacheOptions{})
-	done := make(chan struct{})
-	go func() { defer close(done); cache.FollowEvents(ctx, st, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	done, listening := make(chan struct{}), make(chan struct{}, 1)
+	connected := func() {
+		select {
+		case listening <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		defer close(done)
+		cache.FollowEvents(ctx, st, slog.New(slog.NewTextHandler(io.Discard, nil)), connected)
+	}()
 	defer func() { cancel(); <-done }()
+	<-listening // from here on, every event reaches the cache
 
 	cred := iam.Credential{Authorization: "Bearer " + boot.UserToken}
 	if _, err := cache.Authenticate(ctx, cred); err != nil {

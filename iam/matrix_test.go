@@ -3,6 +3,7 @@ package iam_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/better-compute/better-compute/core"
@@ -18,8 +19,9 @@ const (
 
 // TestAuthorizationMatrix decides every (action, resource type) pair of the
 // method registry against the real embedded IAM, over the real projection
-// and resolver: each pair is allowed only when a policy grants exactly it.
-// The pairs come from the registry, not from a list in this file.
+// and resolver — directly, and a second time through the remote port over
+// real HTTP to an IAM host: each pair is allowed only when a policy grants
+// exactly it. The pairs come from the registry, not from a list in this file.
 func TestAuthorizationMatrix(t *testing.T) {
 	ctx := context.Background()
 	st := testenv.Store(t)
@@ -39,7 +41,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := iam.NewEmbedded(iam.EmbeddedConfig{Store: st, Catalog: catalog, Resolver: resolver, RootTenantID: matrixRoot})
+	embedded, err := iam.NewEmbedded(iam.EmbeddedConfig{Store: st, Catalog: catalog, Resolver: resolver, RootTenantID: matrixRoot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +55,29 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}
 	}
 
+	host, err := iam.HostHandler(iam.HostConfig{Port: embedded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostSrv := httptest.NewServer(host)
+	t.Cleanup(hostSrv.Close)
+	remote, err := iam.NewRemotePort(iam.RemoteConfig{BaseURL: hostSrv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pairs := registry.DecisionPairs()
 	if len(pairs) < 60 {
 		t.Fatalf("the registry yields only %d pairs", len(pairs))
 	}
+	for _, mode := range []struct {
+		name string
+		port iam.Port
+	}{{"embedded", embedded}, {"remote", remote}} {
+		t.Run(mode.name, func(t *testing.T) { runMatrix(t, ctx, mode.port, st, catalog, admin, pairs) })
+	}
+}
+
+func runMatrix(t *testing.T, ctx context.Context, port iam.Port, st *store.Store, catalog *core.Catalog, admin *iam.Admin, pairs []core.ActionOnType) {
 	for _, pair := range pairs {
 		t.Run(pair.Action+" on "+pair.Type, func(t *testing.T) {
 			typ, ok := catalog.Type(pair.Type)

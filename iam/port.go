@@ -48,6 +48,12 @@ type Caller struct {
 	DelegatedBy string `json:"delegatedBy,omitempty"`
 	// SourceIP is copied from the verified Credential.SourceIP.
 	SourceIP string `json:"-"`
+	// credential is what the caller authenticated with, kept by the remote
+	// port (remote.go) so that a decision can forward it to the IAM host,
+	// which re-authenticates it; nil from every other port. A pointer, never
+	// modified once set, so that copies of the Caller share it and %v prints
+	// an address rather than the token; never serialized.
+	credential *Credential
 }
 
 // Resource names a resource: its prefixed type and its id, e.g.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/workers"
 )
 
@@ -19,8 +20,11 @@ type config struct {
 	DatabaseURL string
 	Listen      string
 	RootTenant  string
-	Temporal    workers.TemporalConfig
-	LogLevel    string
+	// IAMURL selects the remote IAM (an iam-host); empty means embedded.
+	IAMURL               string
+	IAMRefreshSecretFile string
+	Temporal             workers.TemporalConfig
+	LogLevel             string
 }
 
 // setting ties one flag to its environment variable.
@@ -41,6 +45,8 @@ func (c *config) settings(withListen bool) []setting {
 		{"temporal-tls-server-name", "BC_TEMPORAL_TLS_SERVER_NAME", "server name to verify on Temporal's certificate", &c.Temporal.TLSServerName, ""},
 		{"log-level", "BC_LOG_LEVEL", "debug, info, warn or error", &c.LogLevel, "info"},
 		{"root-tenant", "BC_ROOT_TENANT", "the platform's (root) tenant id", &c.RootTenant, "root"},
+		{"iam-url", "BC_IAM_URL", "base URL of a remote IAM host (better-compute iam-host); empty: the embedded IAM", &c.IAMURL, ""},
+		{"iam-refresh-secret-file", "BC_IAM_REFRESH_SECRET_FILE", "file holding the secret that signs refreshes to the IAM host", &c.IAMRefreshSecretFile, ""},
 	}
 	if withListen {
 		s = append(s, setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"})
@@ -69,6 +75,31 @@ func (c *config) load(cmd *cobra.Command, withListen bool) error {
 	return nil
 }
 
+// remoteIAM is the remote IAM configuration, nil for the embedded IAM.
+func (c *config) remoteIAM() (*controlplane.RemoteIAM, error) {
+	if c.IAMURL == "" {
+		return nil, nil
+	}
+	r := &controlplane.RemoteIAM{URL: c.IAMURL}
+	if c.IAMRefreshSecretFile != "" {
+		secret, err := readSecret(c.IAMRefreshSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		r.RefreshSecret = secret
+	}
+	return r, nil
+}
+
+// readSecret reads a secret from a file, without its trailing newline.
+func readSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the secret: %w", err)
+	}
+	return []byte(strings.TrimSpace(string(b))), nil
+}
+
 // jsonLogger is production mode's logger: JSON lines on stderr.
 func jsonLogger(level string) (*slog.Logger, error) {
 	var l slog.Level
@@ -76,4 +107,12 @@ func jsonLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("bad log level %q", level)
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// envOr is the environment variable's value, or def when it is unset.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
 }

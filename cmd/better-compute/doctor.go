@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workers"
 )
@@ -52,6 +53,13 @@ func doctorCmd() *cobra.Command {
 			if err := cfg.load(cmd, false); err != nil {
 				report("FAIL", "config", err.Error())
 				return fmt.Errorf("%d check(s) failed", failed)
+			}
+			if remote, err := cfg.remoteIAM(); err != nil {
+				report("FAIL", "iam", err.Error())
+			} else {
+				for _, w := range controlplane.ConfigWarnings(controlplane.Config{RemoteIAM: remote}) {
+					report("WARN", w.Code, w.Subject+": "+w.Message)
+				}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
 			defer cancel()

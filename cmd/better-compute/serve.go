@@ -66,8 +66,13 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
+			remote, err := cfg.remoteIAM()
+			if err != nil {
+				return err
+			}
 			cp, err := controlplane.New(cmd.Context(), controlplane.Config{
-				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant, Logger: b.logger,
+				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant,
+				Logger: b.logger, RemoteIAM: remote,
 			})
 			if err != nil {
 				return err

@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/better-compute/better-compute/store"
 )
 
 // ReplicaOptions says where a streaming replica lives and how it listens. It
@@ -86,22 +87,9 @@ func (r *Cluster) baseBackup(ctx context.Context, primary *Cluster) error {
 	return nil
 }
 
-// LSN is a position in the write-ahead log. Its String is PostgreSQL's text
-// form, such as "0/3000148"; LSNs compare as numbers.
-type LSN uint64
-
-func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
-
-// ParseLSN reads PostgreSQL's text form of an LSN.
-func ParseLSN(s string) (LSN, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("postgres: bad LSN %q", s)
-	}
-	return LSN(h<<32 | l), nil
-}
+// LSN is a position in the write-ahead log (store.LSN: PostgreSQL's text
+// form, numeric comparison).
+type LSN = store.LSN
 
 // CurrentLSN is a primary's WAL write position (pg_current_wal_lsn): what a
 // replica can receive. A commit made with synchronous_commit=off may reach it
@@ -130,7 +118,7 @@ func (c *Cluster) lsn(ctx context.Context, fn string) (LSN, error) {
 	if s == nil {
 		return 0, fmt.Errorf("postgres: %s is null: the server is not a replica", fn)
 	}
-	return ParseLSN(*s)
+	return store.ParseLSN(*s)
 }
 
 // IsReplica reports whether the server is in recovery, that is, a standby.

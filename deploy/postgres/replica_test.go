@@ -183,23 +183,6 @@ func TestReplicaRestartsOnItsDataDir(t *testing.T) {
 	}
 }
 
-func TestLSNText(t *testing.T) {
-	for _, s := range []string{"0/0", "0/3000148", "16/B374D848", "FFFFFFFF/FFFFFFFF"} {
-		l, err := ParseLSN(s)
-		if err != nil || l.String() != s {
-			t.Errorf("ParseLSN(%q) = %v, %v", s, l, err)
-		}
-	}
-	if a, b := LSN(0x1_00000000), LSN(0xFFFFFFFF); a <= b {
-		t.Errorf("%v <= %v", a, b)
-	}
-	for _, s := range []string{"", "0", "0/", "/1", "x/1", "100000000/0"} {
-		if _, err := ParseLSN(s); err == nil {
-			t.Errorf("ParseLSN(%q): no error", s)
-		}
-	}
-}
-
 func countRows(t *testing.T, conn *pgx.Conn, v int) int {
 	t.Helper()
 	var n int
