@@ -68,3 +68,42 @@ func TestOwnerScopedListScopes(t *testing.T) {
 		t.Fatalf("an unknown scope = %d, want 400", status)
 	}
 }
+
+// When IAM does not know an item yet (NOT_FOUND aborts the batch), the list
+// waits, reloads the page and retries once; a second NOT_FOUND fails the
+// request rather than answering a partial list.
+func TestListRetriesOnceWhenIAMDoesNotKnowAnItem(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	typ := e.catalog.FullName("reservation")
+	known := core.NewID("rsv")
+	row := store.AuthzResource{Type: typ, ID: known, TenantID: "acme", ParentType: e.catalog.FullName("pool"), ParentID: core.NewID("pool")}
+	if err := e.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return store.PutAuthzResource(ctx, tx, row) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name          string
+		unknownReads  int // how many page reads include an item IAM does not know
+		status, reads int
+	}{
+		{"caught up after one reload", 1, 200, 2},
+		{"still unknown after the reload", 2, 404, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reads := 0
+			api.ServeTestList(e.server, "reservations.list", func(context.Context, *api.Call, store.Tx) ([]api.TestItem, error) {
+				reads++
+				items := []api.TestItem{{Resource: iam.Resource{Type: typ, ID: known}, Value: known}}
+				if reads <= c.unknownReads {
+					items = append(items, api.TestItem{Resource: iam.Resource{Type: typ, ID: core.NewID("rsv")}, Value: "ghost"})
+				}
+				return items, nil
+			})
+			e.cache.DropDecisions()
+			status, body := e.call(e.boot.UserToken, "reservations.list", `{"tenantId":"acme","scope":"all"}`)
+			if status != c.status || reads != c.reads {
+				t.Fatalf("= %d %s after %d page reads; want %d after %d", status, body, reads, c.status, c.reads)
+			}
+		})
+	}
+}
