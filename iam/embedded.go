@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"regexp"
 	"strings"
 	"time"
@@ -159,20 +158,7 @@ func credentialToken(cred Credential) string {
 	if ok && strings.EqualFold(scheme, "bearer") {
 		return strings.TrimSpace(tok) // a bearer, valid or not, is the credential
 	}
-	c := strings.TrimSpace(cred.Cookie)
-	if !strings.Contains(c, "=") {
-		return c
-	}
-	cookies, err := http.ParseCookie(c)
-	if err != nil {
-		return ""
-	}
-	for _, ck := range cookies {
-		if ck.Name == SessionCookie {
-			return ck.Value
-		}
-	}
-	return ""
+	return cookieToken(cred.Cookie)
 }
 
 // Authenticate identifies the caller of a bearer token (or the session

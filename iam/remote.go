@@ -617,7 +617,7 @@ func forwardHeaders(cred Credential, sourceIP, requestID string) (http.Header, e
 }
 
 // cookieToken is the session token of Credential.Cookie: the value itself,
-// or bc_session's value from a whole Cookie header (as credentialToken).
+// or bc_session's value from a whole Cookie header.
 func cookieToken(c string) string {
 	c = strings.TrimSpace(c)
 	if !strings.Contains(c, "=") {
