@@ -105,3 +105,174 @@ func (c *Client) ProjectsArchive(ctx context.Context, tenantID, projectID string
 	var out Project
 	return out, c.Call(ctx, "projects.archive", map[string]string{"tenantId": tenantID, "projectId": projectID}, &out)
 }
+
+// SitesCreateInput is sites.create's input.
+type SitesCreateInput struct {
+	TenantID  string `json:"tenantId"`
+	Name      string `json:"name"`
+	Region    string `json:"region"`
+	IAMRegion string `json:"iamRegion"`
+	Kind      string `json:"kind"` // shared, dedicated (root tenant) or custom
+}
+
+// SitesCreate calls sites.create.
+func (c *Client) SitesCreate(ctx context.Context, in SitesCreateInput) (Site, error) {
+	var out Site
+	return out, c.Call(ctx, "sites.create", in, &out)
+}
+
+// SitesGet calls sites.get.
+func (c *Client) SitesGet(ctx context.Context, tenantID, siteID string) (Site, error) {
+	var out Site
+	return out, c.Call(ctx, "sites.get", map[string]string{"tenantId": tenantID, "siteId": siteID}, &out)
+}
+
+// SitesList calls sites.list.
+func (c *Client) SitesList(ctx context.Context, tenantID string) (SiteList, error) {
+	var out SiteList
+	return out, c.Call(ctx, "sites.list", map[string]string{"tenantId": tenantID}, &out)
+}
+
+// SitesUpdateInput is sites.update's input; nil fields are kept.
+type SitesUpdateInput struct {
+	TenantID  string  `json:"tenantId"`
+	SiteID    string  `json:"siteId"`
+	Name      *string `json:"name,omitempty"`
+	Region    *string `json:"region,omitempty"`
+	IAMRegion *string `json:"iamRegion,omitempty"`
+}
+
+// SitesUpdate calls sites.update.
+func (c *Client) SitesUpdate(ctx context.Context, in SitesUpdateInput) (Site, error) {
+	var out Site
+	return out, c.Call(ctx, "sites.update", in, &out)
+}
+
+// SitesDelete calls sites.delete.
+func (c *Client) SitesDelete(ctx context.Context, tenantID, siteID string) (Site, error) {
+	var out Site
+	return out, c.Call(ctx, "sites.delete", map[string]string{"tenantId": tenantID, "siteId": siteID}, &out)
+}
+
+// SiteTokensCreate calls siteTokens.create; the answer's Token is shown
+// only here.
+func (c *Client) SiteTokensCreate(ctx context.Context, tenantID, siteID, name string) (SiteToken, error) {
+	var out SiteToken
+	in := map[string]string{"tenantId": tenantID, "siteId": siteID}
+	if name != "" {
+		in["name"] = name
+	}
+	return out, c.Call(ctx, "siteTokens.create", in, &out)
+}
+
+// SiteTokensRevoke calls siteTokens.revoke.
+func (c *Client) SiteTokensRevoke(ctx context.Context, tenantID, siteID, tokenID string) (SiteToken, error) {
+	var out SiteToken
+	return out, c.Call(ctx, "siteTokens.revoke", map[string]string{"tenantId": tenantID, "siteId": siteID, "tokenId": tokenID}, &out)
+}
+
+// PoolsCreateInput is pools.create's input.
+type PoolsCreateInput struct {
+	TenantID          string          `json:"tenantId"`
+	SiteID            string          `json:"siteId"`
+	Name              string          `json:"name"`
+	Class             string          `json:"class"`
+	GPUModel          string          `json:"gpuModel"`
+	GPUMemoryGb       int             `json:"gpuMemoryGb"`
+	Sharing           string          `json:"sharing,omitempty"`
+	Agent             string          `json:"agent,omitempty"`
+	Policy            json.RawMessage `json:"policy,omitempty"`
+	ProviderAccountID string          `json:"providerAccountId,omitempty"`
+}
+
+// PoolsCreate calls pools.create.
+func (c *Client) PoolsCreate(ctx context.Context, in PoolsCreateInput) (Pool, error) {
+	var out Pool
+	return out, c.Call(ctx, "pools.create", in, &out)
+}
+
+// PoolsGet calls pools.get.
+func (c *Client) PoolsGet(ctx context.Context, tenantID, poolID string) (Pool, error) {
+	var out Pool
+	return out, c.Call(ctx, "pools.get", map[string]string{"tenantId": tenantID, "poolId": poolID}, &out)
+}
+
+// PoolsListInput is pools.list's input.
+type PoolsListInput struct {
+	TenantID string `json:"tenantId"`
+	SiteID   string `json:"siteId,omitempty"`
+	Class    string `json:"class,omitempty"`
+}
+
+// PoolsList calls pools.list.
+func (c *Client) PoolsList(ctx context.Context, in PoolsListInput) (PoolList, error) {
+	var out PoolList
+	return out, c.Call(ctx, "pools.list", in, &out)
+}
+
+// PoolsUpdateInput is pools.update's input; nil fields are kept, and a
+// policy replaces the whole policy.
+type PoolsUpdateInput struct {
+	TenantID          string          `json:"tenantId"`
+	PoolID            string          `json:"poolId"`
+	Name              *string         `json:"name,omitempty"`
+	GPUMemoryGb       *int            `json:"gpuMemoryGb,omitempty"`
+	Sharing           *string         `json:"sharing,omitempty"`
+	Agent             *string         `json:"agent,omitempty"`
+	Policy            json.RawMessage `json:"policy,omitempty"`
+	ProviderAccountID *string         `json:"providerAccountId,omitempty"`
+}
+
+// PoolsUpdate calls pools.update.
+func (c *Client) PoolsUpdate(ctx context.Context, in PoolsUpdateInput) (Pool, error) {
+	var out Pool
+	return out, c.Call(ctx, "pools.update", in, &out)
+}
+
+// PoolsArchive calls pools.archive.
+func (c *Client) PoolsArchive(ctx context.Context, tenantID, poolID string) (Pool, error) {
+	var out Pool
+	return out, c.Call(ctx, "pools.archive", map[string]string{"tenantId": tenantID, "poolId": poolID}, &out)
+}
+
+// PoolsOfferInput is pools.offer's input: TenantID owns the pool,
+// ToTenantID receives it.
+type PoolsOfferInput struct {
+	TenantID           string           `json:"tenantId"`
+	PoolID             string           `json:"poolId"`
+	ToTenantID         string           `json:"toTenantId"`
+	Quota              map[string]int64 `json:"quota,omitempty"`
+	Priority           *int             `json:"priority,omitempty"`
+	IncludeDescendants bool             `json:"includeDescendants,omitempty"`
+}
+
+// PoolsOffer calls pools.offer.
+func (c *Client) PoolsOffer(ctx context.Context, in PoolsOfferInput) (PoolOffer, error) {
+	var out PoolOffer
+	return out, c.Call(ctx, "pools.offer", in, &out)
+}
+
+// PoolsUnoffer calls pools.unoffer.
+func (c *Client) PoolsUnoffer(ctx context.Context, tenantID, poolID, toTenantID string) (PoolOffer, error) {
+	var out PoolOffer
+	return out, c.Call(ctx, "pools.unoffer", map[string]string{"tenantId": tenantID, "poolId": poolID, "toTenantId": toTenantID}, &out)
+}
+
+// QuotasGet calls quotas.get; poolID "" answers every pool offered to the tenant.
+func (c *Client) QuotasGet(ctx context.Context, tenantID, poolID string) (QuotaList, error) {
+	var out QuotaList
+	in := map[string]string{"tenantId": tenantID}
+	if poolID != "" {
+		in["poolId"] = poolID
+	}
+	return out, c.Call(ctx, "quotas.get", in, &out)
+}
+
+// QuotasSet calls quotas.set: tenantID's quota on a pool offered to it.
+func (c *Client) QuotasSet(ctx context.Context, tenantID, poolID string, quota map[string]int64) (PoolOffer, error) {
+	var out PoolOffer
+	if quota == nil {
+		quota = map[string]int64{}
+	}
+	return out, c.Call(ctx, "quotas.set", map[string]any{"tenantId": tenantID, "poolId": poolID, "quota": quota}, &out)
+}

@@ -70,6 +70,10 @@ type handler struct {
 	list func(ctx context.Context, c *Call, tx store.Tx) (page, error)
 	// admission serves a method whose decision is made on its draft.
 	admission *admission
+	// refresh: once the mutation commits, this process's projection re-reads
+	// the resource it was decided on, so the next decision (an offer's
+	// receiving tenant listing the pool, say) does not wait for the tail.
+	refresh bool
 }
 
 // page is what a list handler read: its items, each with the resource it is
@@ -147,6 +151,9 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 			}
 			return writeAudit(ctx, tx, c)
 		})
+		if err == nil && h.refresh {
+			s.refreshAfterCommit(ctx, c)
+		}
 		return out, err
 	default:
 		err = s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
@@ -211,6 +218,19 @@ func (s *Server) decide(ctx context.Context, c *Call) error {
 		return denied()
 	}
 	return nil
+}
+
+// refreshAfterCommit re-reads the decided-on resource. A failure only
+// delays read-your-writes until the projection's next tail: it is logged,
+// and the committed change stands.
+func (s *Server) refreshAfterCommit(ctx context.Context, c *Call) {
+	r, ok := s.iam.(iam.Refresher)
+	if !ok {
+		return
+	}
+	if err := r.RefreshResource(ctx, c.DecisionTenant, c.Resource); err != nil {
+		s.deps.Logger.WarnContext(ctx, "refreshing the projection after a change", "resource", c.Resource.String(), "error", err)
+	}
 }
 
 // chooseDecision picks the decision among a method's alternatives by its

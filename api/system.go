@@ -21,6 +21,25 @@ func (s *Server) registerHandlers() map[string]handler {
 		"projects.get":     {run: s.projectsGet},
 		"projects.list":    {list: s.projectsList},
 		"projects.archive": {run: s.projectsArchive},
+
+		"sites.create":      {run: s.sitesCreate},
+		"sites.get":         {run: s.sitesGet},
+		"sites.list":        {list: s.sitesList},
+		"sites.update":      {run: s.sitesUpdate, refresh: true},
+		"sites.delete":      {run: s.sitesDelete},
+		"siteTokens.create": {run: s.siteTokensCreate},
+		"siteTokens.revoke": {run: s.siteTokensRevoke},
+
+		// pools.capacity stays planned until devices exist.
+		"pools.create":  {run: s.poolsCreate},
+		"pools.get":     {run: s.poolsGet},
+		"pools.list":    {list: s.poolsList},
+		"pools.update":  {run: s.poolsUpdate, refresh: true},
+		"pools.archive": {run: s.poolsArchive},
+		"pools.offer":   {run: s.poolsOffer, refresh: true},
+		"pools.unoffer": {run: s.poolsUnoffer, refresh: true},
+		"quotas.get":    {run: s.quotasGet},
+		"quotas.set":    {run: s.quotasSet},
 	}
 }
 

@@ -63,7 +63,7 @@ func TestValidate(t *testing.T) {
 		{"create parent derived id", "cloudResources.create", `{"tenantId":"acme","poolId":"` + okPool + `","kind":"do.app","name":"db","spec":{},"idempotencyKey":"k","parentId":"` + derivedKey + `"}`, "", ""},
 		{"update description null", "cloudResources.update", `{"tenantId":"acme","resourceId":"` + okCrs + `","description":null}`, "", ""},
 		{"signals resource id", "cloudResources.signals", `{"tenantId":"acme","poolId":"` + okPool + `","resourceId":"crs_x"}`, "resourceId", "pattern"},
-		{"sites.create kind", "sites.create", `{"tenantId":"acme","kind":"custom"}`, "", ""},
+		{"sites.create kind", "sites.create", `{"tenantId":"acme","kind":"custom","name":"fra-1","region":"eu-central","iamRegion":"eu-central-1"}`, "", ""},
 		{"sites.create kind enum", "sites.create", `{"tenantId":"acme","kind":"cloud"}`, "kind", "enum"},
 		{"reservations.list scope", "reservations.list", `{"tenantId":"acme","scope":"everyone"}`, "scope", "enum"},
 		{"reservations.create key", "reservations.create", `{"tenantId":"acme","idempotencyKey":"` + strings.Repeat("k", 129) + `"}`, "idempotencyKey", "maxLength"},
