@@ -17,6 +17,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/better-compute/better-compute/api"
+
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/deploy/postgres"
 )
@@ -195,6 +197,23 @@ func TestDevStackOverHTTP(t *testing.T) {
 		}
 	})
 
+	t.Run("the demo fleet is offered to the demo tenant", func(t *testing.T) {
+		token, err := s.DemoToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		acme := api.NewClient(base, token)
+		pools, err := acme.PoolsList(ctx, api.PoolsListInput{TenantID: "acme"})
+		if err != nil || len(pools.Items) != 1 || pools.Items[0].ID != s.Demo().PoolID || pools.Items[0].GPUModel != "H100" {
+			t.Fatalf("acme's pools = %+v, %v; want the demo pool %s", pools.Items, err, s.Demo().PoolID)
+		}
+		quotas, err := acme.QuotasGet(ctx, "acme", s.Demo().PoolID)
+		if err != nil || len(quotas.Items) != 1 || quotas.Items[0].Quota["gpu"] != 16 {
+			t.Fatalf("acme's quota on the demo pool = %+v, %v", quotas.Items, err)
+		}
+	})
+
 	t.Run(".dev/env", func(t *testing.T) {
 		env, err := os.ReadFile(dir + "/env")
 		if err != nil {
@@ -229,6 +248,9 @@ func TestDevStackKeepsDataAcrossRestarts(t *testing.T) {
 	first.Stop(ctx)
 
 	second := startStack(t, dir, pgPort)
+	if second.Demo() != first.Demo() {
+		t.Fatalf("the second start made another demo fleet: %+v, then %+v", first.Demo(), second.Demo())
+	}
 	var again string
 	if err := second.Client().GetWorkflow(ctx, "kept-across-restarts", "").Get(ctx, &again); err != nil || again != "kept" {
 		t.Fatalf("after restart the workflow result is %q, %v", again, err)

@@ -78,6 +78,7 @@ type Stack struct {
 	worker      worker.Worker
 	cp          *controlplane.ControlPlane
 	tokens      iam.BootstrapResult
+	demo        DemoFleet
 	apiURL      string
 	stopAPI     context.CancelFunc
 	apiStopped  chan error
@@ -163,6 +164,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopAPI, s.apiStopped = stopAPI, make(chan error, 1)
 	go func() { s.apiStopped <- s.cp.API.Serve(apiCtx, ln) }()
+	if err = s.seedDemoFleet(ctx); err != nil {
+		return s, err
+	}
 
 	if err = s.writeEnv(); err != nil {
 		return s, err
@@ -226,6 +230,7 @@ func (s *Stack) env() [][2]string {
 		{"BC_ADMIN_TOKEN_FILE", filepath.Join(s.opts.Dir, adminTokenFile)},
 		{"BC_DEMO_TENANT", s.tokens.TenantID},
 		{"BC_DEMO_TOKEN_FILE", filepath.Join(s.opts.Dir, demoTokenFile)},
+		{"BC_DEMO_POOL", s.demo.PoolID},
 	}
 }
 
@@ -306,6 +311,7 @@ func (s *Stack) Banner() string {
 		{"Environment", filepath.Join(s.opts.Dir, "env")},
 		{"Admin token", filepath.Join(s.opts.Dir, adminTokenFile) + " (tenant " + s.tokens.RootTenantID + ", root authority)"},
 		{"Demo token", filepath.Join(s.opts.Dir, demoTokenFile) + " (tenant " + s.tokens.TenantID + ")"},
+		{"Demo pool", s.demo.PoolID + " (H100, root's, offered to " + s.tokens.TenantID + " with " + fmt.Sprint(demoGPUQuota) + " GPUs)"},
 	}
 	for _, r := range rows {
 		if r[1] == "" {
