@@ -276,3 +276,129 @@ func (c *Client) QuotasSet(ctx context.Context, tenantID, poolID string, quota m
 	}
 	return out, c.Call(ctx, "quotas.set", map[string]any{"tenantId": tenantID, "poolId": poolID, "quota": quota}, &out)
 }
+
+// NodesListInput is nodes.list's input.
+type NodesListInput struct {
+	TenantID       string `json:"tenantId"`
+	PoolID         string `json:"poolId,omitempty"`
+	ProvisionState string `json:"provisionState,omitempty"`
+	Connectivity   string `json:"connectivity,omitempty"`
+	Schedulable    *bool  `json:"schedulable,omitempty"`
+}
+
+// NodesList calls nodes.list.
+func (c *Client) NodesList(ctx context.Context, in NodesListInput) (NodeList, error) {
+	var out NodeList
+	return out, c.Call(ctx, "nodes.list", in, &out)
+}
+
+type nodeRef struct {
+	TenantID string `json:"tenantId"`
+	NodeID   string `json:"nodeId"`
+}
+
+// NodesGet calls nodes.get.
+func (c *Client) NodesGet(ctx context.Context, tenantID, nodeID string) (Node, error) {
+	var out Node
+	return out, c.Call(ctx, "nodes.get", nodeRef{tenantID, nodeID}, &out)
+}
+
+// NodesEvents calls nodes.events; limit 0 takes the default (100).
+func (c *Client) NodesEvents(ctx context.Context, tenantID, nodeID string, limit int) (NodeEventList, error) {
+	var out NodeEventList
+	in := struct {
+		nodeRef
+		Limit int `json:"limit,omitempty"`
+	}{nodeRef{tenantID, nodeID}, limit}
+	return out, c.Call(ctx, "nodes.events", in, &out)
+}
+
+// NodesCordon calls nodes.cordon.
+func (c *Client) NodesCordon(ctx context.Context, tenantID, nodeID string) (Node, error) {
+	var out Node
+	return out, c.Call(ctx, "nodes.cordon", nodeRef{tenantID, nodeID}, &out)
+}
+
+// NodesUncordon calls nodes.uncordon.
+func (c *Client) NodesUncordon(ctx context.Context, tenantID, nodeID string) (Node, error) {
+	var out Node
+	return out, c.Call(ctx, "nodes.uncordon", nodeRef{tenantID, nodeID}, &out)
+}
+
+// NodesLabelInput is nodes.label's input.
+type NodesLabelInput struct {
+	TenantID string            `json:"tenantId"`
+	NodeID   string            `json:"nodeId"`
+	Set      map[string]string `json:"set,omitempty"`
+	Remove   []string          `json:"remove,omitempty"`
+}
+
+// NodesLabel calls nodes.label.
+func (c *Client) NodesLabel(ctx context.Context, in NodesLabelInput) (Node, error) {
+	var out Node
+	return out, c.Call(ctx, "nodes.label", in, &out)
+}
+
+// TaintRef names taints to remove: by key, and by effect when given.
+type TaintRef struct {
+	Key    string `json:"key"`
+	Effect string `json:"effect,omitempty"`
+}
+
+// NodesTaintInput is nodes.taint's input.
+type NodesTaintInput struct {
+	TenantID string     `json:"tenantId"`
+	NodeID   string     `json:"nodeId"`
+	Add      []Taint    `json:"add,omitempty"`
+	Remove   []TaintRef `json:"remove,omitempty"`
+}
+
+// NodesTaint calls nodes.taint.
+func (c *Client) NodesTaint(ctx context.Context, in NodesTaintInput) (Node, error) {
+	var out Node
+	return out, c.Call(ctx, "nodes.taint", in, &out)
+}
+
+// NodesDelete calls nodes.delete.
+func (c *Client) NodesDelete(ctx context.Context, tenantID, nodeID string) (Node, error) {
+	var out Node
+	return out, c.Call(ctx, "nodes.delete", nodeRef{tenantID, nodeID}, &out)
+}
+
+// InventoryGet calls inventory.get; seq 0 is the latest snapshot.
+func (c *Client) InventoryGet(ctx context.Context, tenantID, nodeID string, seq int64) (InventorySnapshot, error) {
+	var out InventorySnapshot
+	in := struct {
+		nodeRef
+		Seq int64 `json:"seq,omitempty"`
+	}{nodeRef{tenantID, nodeID}, seq}
+	return out, c.Call(ctx, "inventory.get", in, &out)
+}
+
+// InventoryHistoryInput is inventory.history's input.
+type InventoryHistoryInput struct {
+	TenantID  string `json:"tenantId"`
+	NodeID    string `json:"nodeId"`
+	Limit     int    `json:"limit,omitempty"`
+	BeforeSeq int64  `json:"beforeSeq,omitempty"`
+}
+
+// InventoryHistory calls inventory.history.
+func (c *Client) InventoryHistory(ctx context.Context, in InventoryHistoryInput) (InventoryHistory, error) {
+	var out InventoryHistory
+	return out, c.Call(ctx, "inventory.history", in, &out)
+}
+
+// InventoryDiffInput is inventory.diff's input; zero seqs take the last two.
+type InventoryDiffInput struct {
+	TenantID string `json:"tenantId"`
+	NodeID   string `json:"nodeId"`
+	FromSeq  int64  `json:"fromSeq,omitempty"`
+	ToSeq    int64  `json:"toSeq,omitempty"`
+}
+
+// InventoryDiff calls inventory.diff.
+func (c *Client) InventoryDiff(ctx context.Context, in InventoryDiffInput) (InventoryDiffOutput, error) {
+	var out InventoryDiffOutput
+	return out, c.Call(ctx, "inventory.diff", in, &out)
+}

@@ -38,8 +38,22 @@ func (s *Server) registerHandlers() map[string]handler {
 		"pools.archive": {run: s.poolsArchive},
 		"pools.offer":   {run: s.poolsOffer, refresh: true},
 		"pools.unoffer": {run: s.poolsUnoffer, refresh: true},
-		"quotas.get":    {run: s.quotasGet},
-		"quotas.set":    {run: s.quotasSet},
+
+		// nodes.drain, adopt, revokeIdentity and the SSH certificates stay
+		// planned (the agent's issue).
+		"nodes.list":        {list: s.nodesList},
+		"nodes.get":         {run: s.nodesGet},
+		"nodes.events":      {run: s.nodesEvents},
+		"nodes.cordon":      {run: s.nodesCordon},
+		"nodes.uncordon":    {run: s.nodesUncordon},
+		"nodes.label":       {run: s.nodesLabel},
+		"nodes.taint":       {run: s.nodesTaint},
+		"nodes.delete":      {run: s.nodesDelete},
+		"inventory.get":     {run: s.inventoryGet},
+		"inventory.history": {run: s.inventoryHistory},
+		"inventory.diff":    {run: s.inventoryDiff},
+		"quotas.get":        {run: s.quotasGet},
+		"quotas.set":        {run: s.quotasSet},
 	}
 }
 

@@ -578,6 +578,14 @@ var (
 	offerQuota    = Field{Name: "quota", Type: FieldObject, MaxBytes: 4 << 10}
 )
 
+// The nodes' fields; the provision states are core/nodes.ProvisionStates.
+var (
+	nodeID              = IDField("nodeId", "node", true)
+	listLimit           = Field{Name: "limit", Type: FieldInteger}
+	nodeProvisionStates = []string{"adopting", "adopted", "enrolling", "inspecting", "commissioning", "ready",
+		"deploying", "deployed", "releasing", "rescue", "failed", "retiring", "retired"}
+)
+
 func optional(f Field) Field { f.Required = false; return f }
 
 func nullable(f Field) Field { f.Nullable = true; return f }
@@ -624,6 +632,26 @@ var explicitSchemas = map[string][]Field{
 	"pools.unoffer": {TenantIDField(), IDField("poolId", "pool", true), offerTenant},
 	"quotas.get":    {TenantIDField(), IDField("poolId", "pool", false)},
 	"quotas.set":    {TenantIDField(), IDField("poolId", "pool", true), func() Field { f := offerQuota; f.Required = true; return f }()},
+
+	// Nodes and inventory ("The fleet", items 4-6). nodeId is the decided-on
+	// node; limits and sequence numbers are checked by the handlers
+	// (limit in [1, 500], seq at least 1).
+	"nodes.list": {TenantIDField(), IDField("poolId", "pool", false),
+		{Name: "provisionState", Type: FieldString, Enum: nodeProvisionStates},
+		{Name: "connectivity", Type: FieldString, Enum: []string{"connected", "disconnected", "unreachable", "lost"}},
+		{Name: "schedulable", Type: FieldBoolean}},
+	"nodes.get":      {TenantIDField(), nodeID},
+	"nodes.events":   {TenantIDField(), nodeID, listLimit},
+	"nodes.cordon":   {TenantIDField(), nodeID},
+	"nodes.uncordon": {TenantIDField(), nodeID},
+	"nodes.label": {TenantIDField(), nodeID, {Name: "set", Type: FieldObject, MaxBytes: 16 << 10},
+		{Name: "remove", Type: FieldArray, MaxBytes: 16 << 10}},
+	"nodes.taint": {TenantIDField(), nodeID, {Name: "add", Type: FieldArray, MaxBytes: 16 << 10},
+		{Name: "remove", Type: FieldArray, MaxBytes: 16 << 10}},
+	"nodes.delete":      {TenantIDField(), nodeID},
+	"inventory.get":     {TenantIDField(), nodeID, {Name: "seq", Type: FieldInteger}},
+	"inventory.history": {TenantIDField(), nodeID, listLimit, {Name: "beforeSeq", Type: FieldInteger}},
+	"inventory.diff":    {TenantIDField(), nodeID, {Name: "fromSeq", Type: FieldInteger}, {Name: "toSeq", Type: FieldInteger}},
 
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},

@@ -1,0 +1,169 @@
+// Package nodes holds a node's state axes as typed constants and the
+// schedulability predicate. It is pure: no I/O.
+package nodes
+
+// ProvisionState is where a node is in its provisioning lifecycle.
+type ProvisionState string
+
+// The provision states.
+const (
+	Adopting      ProvisionState = "adopting"
+	Adopted       ProvisionState = "adopted"
+	Enrolling     ProvisionState = "enrolling"
+	Inspecting    ProvisionState = "inspecting"
+	Commissioning ProvisionState = "commissioning"
+	Ready         ProvisionState = "ready"
+	Deploying     ProvisionState = "deploying"
+	Deployed      ProvisionState = "deployed"
+	Releasing     ProvisionState = "releasing"
+	Rescue        ProvisionState = "rescue"
+	Failed        ProvisionState = "failed"
+	Retiring      ProvisionState = "retiring"
+	Retired       ProvisionState = "retired"
+)
+
+// ProvisionStates lists every provision state, in lifecycle order.
+var ProvisionStates = []ProvisionState{Adopting, Adopted, Enrolling, Inspecting, Commissioning, Ready,
+	Deploying, Deployed, Releasing, Rescue, Failed, Retiring, Retired}
+
+// Power is what the BMC says of the node's power.
+type Power string
+
+// The power states.
+const (
+	PowerOn      Power = "on"
+	PowerOff     Power = "off"
+	PowerUnknown Power = "unknown"
+)
+
+// Powers lists every power state.
+var Powers = []Power{PowerOn, PowerOff, PowerUnknown}
+
+// Connectivity is whether the control plane reaches the node.
+type Connectivity string
+
+// The connectivity states.
+const (
+	Connected    Connectivity = "connected"
+	Disconnected Connectivity = "disconnected"
+	Unreachable  Connectivity = "unreachable"
+	Lost         Connectivity = "lost"
+)
+
+// Connectivities lists every connectivity state.
+var Connectivities = []Connectivity{Connected, Disconnected, Unreachable, Lost}
+
+// Role is what a node is for.
+type Role string
+
+// The roles.
+const (
+	RoleUnassigned Role = "unassigned"
+	RoleHost       Role = "host"
+	RoleDedicated  Role = "dedicated"
+	RoleSite       Role = "site"
+)
+
+// Roles lists every role.
+var Roles = []Role{RoleUnassigned, RoleHost, RoleDedicated, RoleSite}
+
+// Trust is who controls the machine.
+type Trust string
+
+// The trust levels.
+const (
+	TrustPlatform         Trust = "platform"
+	TrustTenantOwned      Trust = "tenant-owned"
+	TrustTenantControlled Trust = "tenant-controlled"
+)
+
+// Trusts lists every trust level.
+var Trusts = []Trust{TrustPlatform, TrustTenantOwned, TrustTenantControlled}
+
+// Adapter names how the control plane reaches a node.
+type Adapter string
+
+// The adapters.
+const (
+	AdapterBCD         Adapter = "bcd/v1"
+	AdapterProviderAPI Adapter = "provider-api/v1"
+)
+
+// Adapters lists every adapter.
+var Adapters = []Adapter{AdapterBCD, AdapterProviderAPI}
+
+// Taint effects.
+const (
+	EffectNoSchedule       = "NoSchedule"
+	EffectPreferNoSchedule = "PreferNoSchedule"
+	EffectNoExecute        = "NoExecute"
+)
+
+// TaintEffects lists every taint effect.
+var TaintEffects = []string{EffectNoSchedule, EffectPreferNoSchedule, EffectNoExecute}
+
+// NodeView is what the schedulability predicate reads of a node.
+type NodeView struct {
+	ProvisionState     ProvisionState
+	Role               Role
+	Maintenance        bool
+	Cordoned           bool
+	Connectivity       Connectivity
+	NoScheduleReasons  []string
+	ObservedGeneration int64
+	Trust              Trust
+	// OwnerTenant is the tenant that owns the machine; it matters only for
+	// tenant-owned trust.
+	OwnerTenant string
+}
+
+// Reasons Schedulable gives, one per failing clause.
+const (
+	ReasonProvisionState     = "ProvisionState"
+	ReasonRole               = "Role"
+	ReasonMaintenance        = "Maintenance"
+	ReasonCordoned           = "Cordoned"
+	ReasonConnectivity       = "Connectivity"
+	ReasonNoScheduleReasons  = "NoScheduleReasons"
+	ReasonObservedGeneration = "ObservedGeneration"
+	ReasonTrust              = "Trust"
+)
+
+// Schedulable reports whether a node may be scheduled on, and why not: one
+// reason per failing clause, in the spec's order. A node is schedulable only
+// when its provisionState is adopted or deployed, its role is host, it is
+// neither in maintenance nor cordoned, connectivity is connected, its
+// noScheduleReasons list is empty, observedGeneration is at least 1, and
+// its trust is platform, or tenant-owned in a pool its owner owns
+// (poolOwnerTenant is the owner of the pool the node serves).
+func Schedulable(n NodeView, poolOwnerTenant string) (bool, []string) {
+	reasons := []string{}
+	if n.ProvisionState != Adopted && n.ProvisionState != Deployed {
+		reasons = append(reasons, ReasonProvisionState)
+	}
+	if n.Role != RoleHost {
+		reasons = append(reasons, ReasonRole)
+	}
+	if n.Maintenance {
+		reasons = append(reasons, ReasonMaintenance)
+	}
+	if n.Cordoned {
+		reasons = append(reasons, ReasonCordoned)
+	}
+	if n.Connectivity != Connected {
+		reasons = append(reasons, ReasonConnectivity)
+	}
+	if len(n.NoScheduleReasons) > 0 {
+		reasons = append(reasons, ReasonNoScheduleReasons)
+	}
+	if n.ObservedGeneration < 1 {
+		reasons = append(reasons, ReasonObservedGeneration)
+	}
+	switch {
+	case n.Trust == TrustPlatform:
+	case n.Trust == TrustTenantOwned && n.OwnerTenant != "" && n.OwnerTenant == poolOwnerTenant:
+	default:
+		reasons = append(reasons, ReasonTrust)
+	}
+	return len(reasons) == 0, reasons
+}
