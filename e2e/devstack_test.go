@@ -214,6 +214,25 @@ func TestDevStackOverHTTP(t *testing.T) {
 		}
 	})
 
+	t.Run("the demo pool holds schedulable simulated H100 nodes", func(t *testing.T) {
+		token, err := s.AdminToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := api.NewClient(base, token).NodesList(context.Background(), api.NodesListInput{TenantID: "root", PoolID: s.Demo().PoolID})
+		if err != nil || len(nodes.Items) != 2 {
+			t.Fatalf("demo nodes = %+v, %v; want 2", nodes.Items, err)
+		}
+		for _, n := range nodes.Items {
+			if !n.Schedulable || n.GPUCount != 8 || n.GPUModel != "H100" || !n.HardwareKeyTrusted {
+				t.Fatalf("demo node %+v", n)
+			}
+		}
+		if nodes.Items[0].HardwareKey == nodes.Items[1].HardwareKey {
+			t.Fatal("the demo nodes share a hardware key")
+		}
+	})
+
 	t.Run(".dev/env", func(t *testing.T) {
 		env, err := os.ReadFile(dir + "/env")
 		if err != nil {
