@@ -88,6 +88,22 @@ type item struct {
 	value    any
 }
 
+// pageOf is the page of rows, each decided on resource(row), answered as
+// wrap(the rows kept).
+func pageOf[T any](rows []T, resource func(T) iam.Resource, wrap func([]T) any) page {
+	p := page{items: make([]item, len(rows)), answer: func(kept []any) any {
+		out := make([]T, len(kept))
+		for i, k := range kept {
+			out[i] = k.(T)
+		}
+		return wrap(out)
+	}}
+	for i, r := range rows {
+		p.items[i] = item{resource: resource(r), value: r}
+	}
+	return p
+}
+
 // Call runs method name ("group.method") with a JSON input.
 func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, input json.RawMessage) (out any, err error) {
 	defer func() { s.metrics.calls.WithLabelValues(s.metricName(name), resultCode(err)).Inc() }()

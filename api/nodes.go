@@ -339,20 +339,11 @@ func (s *Server) nodesList(ctx context.Context, c *Call, tx store.Tx) (page, err
 	if err != nil {
 		return page{}, err
 	}
-	p := page{answer: func(kept []any) any {
-		out := NodeList{Items: make([]Node, len(kept))}
-		for i, k := range kept {
-			out.Items[i] = k.(Node)
-		}
-		return out
-	}}
-	for _, n := range list {
-		if in.Schedulable != nil && n.Schedulable != *in.Schedulable {
-			continue
-		}
-		p.items = append(p.items, item{resource: s.nodeResource(n.ID), value: n})
+	if in.Schedulable != nil {
+		list = slices.DeleteFunc(list, func(n Node) bool { return n.Schedulable != *in.Schedulable })
 	}
-	return p, nil
+	return pageOf(list, func(n Node) iam.Resource { return s.nodeResource(n.ID) },
+		func(kept []Node) any { return NodeList{Items: kept} }), nil
 }
 
 func (s *Server) nodesEvents(ctx context.Context, c *Call, tx store.Tx) (any, error) {

@@ -470,17 +470,8 @@ func (s *Server) poolsList(ctx context.Context, c *Call, tx store.Tx) (page, err
 	if err != nil {
 		return page{}, err
 	}
-	p := page{items: make([]item, len(pools)), answer: func(kept []any) any {
-		out := PoolList{Items: make([]Pool, len(kept))}
-		for i, k := range kept {
-			out.Items[i] = k.(Pool)
-		}
-		return out
-	}}
-	for i, pl := range pools {
-		p.items[i] = item{resource: s.poolResource(pl.ID), value: pl}
-	}
-	return p, nil
+	return pageOf(pools, func(x Pool) iam.Resource { return s.poolResource(x.ID) },
+		func(kept []Pool) any { return PoolList{Items: kept} }), nil
 }
 
 // poolsUpdate changes a pool's name, gpuMemoryGb, sharing, agent, policy

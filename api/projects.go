@@ -117,17 +117,8 @@ func (s *Server) projectsList(ctx context.Context, c *Call, tx store.Tx) (page, 
 	if err != nil {
 		return page{}, err
 	}
-	p := page{items: make([]item, len(projects)), answer: func(kept []any) any {
-		out := ProjectList{Items: make([]Project, len(kept))}
-		for i, k := range kept {
-			out.Items[i] = k.(Project)
-		}
-		return out
-	}}
-	for i, pr := range projects {
-		p.items[i] = item{resource: s.projectResource(pr.ID), value: pr}
-	}
-	return p, nil
+	return pageOf(projects, func(x Project) iam.Resource { return s.projectResource(x.ID) },
+		func(kept []Project) any { return ProjectList{Items: kept} }), nil
 }
 
 func (s *Server) projectsArchive(ctx context.Context, c *Call, tx store.Tx) (any, error) {

@@ -209,17 +209,8 @@ func (s *Server) sitesList(ctx context.Context, c *Call, tx store.Tx) (page, err
 	if err != nil {
 		return page{}, err
 	}
-	p := page{items: make([]item, len(sites)), answer: func(kept []any) any {
-		out := SiteList{Items: make([]Site, len(kept))}
-		for i, k := range kept {
-			out.Items[i] = k.(Site)
-		}
-		return out
-	}}
-	for i, st := range sites {
-		p.items[i] = item{resource: s.siteResource(st.ID), value: st}
-	}
-	return p, nil
+	return pageOf(sites, func(x Site) iam.Resource { return s.siteResource(x.ID) },
+		func(kept []Site) any { return SiteList{Items: kept} }), nil
 }
 
 // sitesUpdate changes a site's name, region or iamRegion. Its kind never
