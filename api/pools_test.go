@@ -286,11 +286,11 @@ func TestPoolsOfferAndUnoffer(t *testing.T) {
 	}
 }
 
-// pools.capacity stays planned until devices exist.
-func TestPoolsCapacityIsPlanned(t *testing.T) {
+// capacity.preview stays planned until reservations exist.
+func TestCapacityPreviewIsPlanned(t *testing.T) {
 	e := newEnv(t)
-	status, body := e.call(e.boot.UserToken, "pools.capacity", `{"tenantId":"acme","poolId":"`+core.NewID("pool")+`"}`)
+	status, body := e.call(e.boot.UserToken, "capacity.preview", `{"tenantId":"acme","poolId":"`+core.NewID("pool")+`"}`)
 	if status != 422 || !strings.Contains(body, "UNSUPPORTED") || !strings.Contains(body, `"reason":"planned"`) {
-		t.Fatalf("pools.capacity = %d %s", status, body)
+		t.Fatalf("capacity.preview = %d %s", status, body)
 	}
 }

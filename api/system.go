@@ -30,7 +30,6 @@ func (s *Server) registerHandlers() map[string]handler {
 		"siteTokens.create": {run: s.siteTokensCreate},
 		"siteTokens.revoke": {run: s.siteTokensRevoke},
 
-		// pools.capacity stays planned until devices exist.
 		"pools.create":  {run: s.poolsCreate},
 		"pools.get":     {run: s.poolsGet},
 		"pools.list":    {list: s.poolsList},
@@ -54,6 +53,12 @@ func (s *Server) registerHandlers() map[string]handler {
 		"inventory.diff":    {run: s.inventoryDiff},
 		"quotas.get":        {run: s.quotasGet},
 		"quotas.set":        {run: s.quotasSet},
+
+		// capacity.preview stays planned (the reservations' issue).
+		"pools.capacity":    {run: s.poolsCapacity},
+		"capacity.summary":  {run: s.capacitySummary},
+		"capacity.byPool":   {run: s.capacityByPool},
+		"capacity.timeline": {run: s.capacityTimeline},
 	}
 }
 

@@ -653,6 +653,16 @@ var explicitSchemas = map[string][]Field{
 	"inventory.history": {TenantIDField(), nodeID, listLimit, {Name: "beforeSeq", Type: FieldInteger}},
 	"inventory.diff":    {TenantIDField(), nodeID, {Name: "fromSeq", Type: FieldInteger}, {Name: "toSeq", Type: FieldInteger}},
 
+	// Capacity (capacity.preview stays derived until reservations). from
+	// and to are epoch milliseconds; the handler checks to > from and
+	// buckets in [1, 500].
+	"pools.capacity":   {TenantIDField(), IDField("poolId", "pool", true)},
+	"capacity.summary": {TenantIDField()},
+	"capacity.byPool":  {TenantIDField(), IDField("poolId", "pool", true)},
+	"capacity.timeline": {TenantIDField(), IDField("poolId", "pool", true),
+		{Name: "from", Type: FieldInteger, Required: true}, {Name: "to", Type: FieldInteger, Required: true},
+		{Name: "buckets", Type: FieldInteger}},
+
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},
 	"cloudResources.signals": {TenantIDField(), IDField("poolId", "pool", true), IDField("resourceId", "crs", false)},
