@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/better-compute/better-compute/core/placement"
 )
 
 // Client is the typed Go client of the API: the same calls over HTTP.
@@ -437,4 +439,21 @@ type CapacityTimelineInput struct {
 func (c *Client) CapacityTimeline(ctx context.Context, in CapacityTimelineInput) (CapacityTimeline, error) {
 	var out CapacityTimeline
 	return out, c.Call(ctx, "capacity.timeline", in, &out)
+}
+
+// CapacityPreviewInput is capacity.preview's input: Start is epoch
+// milliseconds (now when nil), Duration seconds.
+type CapacityPreviewInput struct {
+	TenantID string            `json:"tenantId"`
+	PoolID   string            `json:"poolId"`
+	Devices  placement.Request `json:"devices"`
+	Start    *int64            `json:"start,omitempty"`
+	Duration int64             `json:"duration"`
+}
+
+// CapacityPreview calls capacity.preview: whether devices would fit in a
+// pool over a window, where, and the tenant's quota; it books nothing.
+func (c *Client) CapacityPreview(ctx context.Context, in CapacityPreviewInput) (CapacityPreview, error) {
+	var out CapacityPreview
+	return out, c.Call(ctx, "capacity.preview", in, &out)
 }

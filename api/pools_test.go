@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/better-compute/better-compute/api"
@@ -283,14 +282,5 @@ func TestPoolsOfferAndUnoffer(t *testing.T) {
 	// acme still has it.
 	if list, err := a.PoolsList(ctx, api.PoolsListInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 {
 		t.Fatalf("acme list = %+v, %v", list, err)
-	}
-}
-
-// capacity.preview stays planned until reservations exist.
-func TestCapacityPreviewIsPlanned(t *testing.T) {
-	e := newEnv(t)
-	status, body := e.call(e.boot.UserToken, "capacity.preview", `{"tenantId":"acme","poolId":"`+core.NewID("pool")+`"}`)
-	if status != 422 || !strings.Contains(body, "UNSUPPORTED") || !strings.Contains(body, `"reason":"planned"`) {
-		t.Fatalf("capacity.preview = %d %s", status, body)
 	}
 }

@@ -54,11 +54,11 @@ func (s *Server) registerHandlers() map[string]handler {
 		"quotas.get":        {run: s.quotasGet},
 		"quotas.set":        {run: s.quotasSet},
 
-		// capacity.preview stays planned (the reservations' issue).
 		"pools.capacity":    {run: s.poolsCapacity},
 		"capacity.summary":  {run: s.capacitySummary},
 		"capacity.byPool":   {run: s.capacityByPool},
 		"capacity.timeline": {run: s.capacityTimeline},
+		"capacity.preview":  {run: s.capacityPreview},
 	}
 }
 

@@ -653,15 +653,20 @@ var explicitSchemas = map[string][]Field{
 	"inventory.history": {TenantIDField(), nodeID, listLimit, {Name: "beforeSeq", Type: FieldInteger}},
 	"inventory.diff":    {TenantIDField(), nodeID, {Name: "fromSeq", Type: FieldInteger}, {Name: "toSeq", Type: FieldInteger}},
 
-	// Capacity (capacity.preview stays derived until reservations). from
-	// and to are epoch milliseconds; the handler checks to > from and
-	// buckets in [1, 500].
+	// Capacity. from and to are epoch milliseconds; the handler checks
+	// to > from and buckets in [1, 500]. capacity.preview's devices are
+	// {class, count, selector, topology} (core/placement checks them, its
+	// keys exactly), start epoch milliseconds (default now) and duration
+	// seconds in [1, one year], checked by the handler.
 	"pools.capacity":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"capacity.summary": {TenantIDField()},
 	"capacity.byPool":  {TenantIDField(), IDField("poolId", "pool", true)},
 	"capacity.timeline": {TenantIDField(), IDField("poolId", "pool", true),
 		{Name: "from", Type: FieldInteger, Required: true}, {Name: "to", Type: FieldInteger, Required: true},
 		{Name: "buckets", Type: FieldInteger}},
+	"capacity.preview": {TenantIDField(), IDField("poolId", "pool", true),
+		{Name: "devices", Type: FieldObject, Required: true, MaxBytes: 4 << 10},
+		{Name: "start", Type: FieldInteger}, {Name: "duration", Type: FieldInteger, Required: true}},
 
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},
