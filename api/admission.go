@@ -37,6 +37,10 @@ type admission struct {
 	complete func(ctx context.Context, c *Call, tx store.Tx) (any, error)
 	// denied, optional, records a denial on the draft (in its own transaction).
 	denied func(ctx context.Context, c *Call, tx store.Tx) error
+	// failed, optional, records on the draft why complete refused it, in a
+	// transaction of its own once transaction 2 has rolled back; it decides
+	// from cause whether the refusal is final (no capacity, over quota).
+	failed func(ctx context.Context, c *Call, tx store.Tx, cause error) error
 }
 
 // admit runs an admission's steps 6 and 8.
@@ -134,6 +138,11 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 	})
 	if replay != nil {
 		return replay, err
+	}
+	if err != nil && a.failed != nil {
+		if ferr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.failed(ctx, c, tx, err) }); ferr != nil {
+			s.deps.Logger.Error("recording a refused admission", "resource", c.Resource.String(), "error", ferr)
+		}
 	}
 	return out, err
 }

@@ -457,3 +457,31 @@ func (c *Client) CapacityPreview(ctx context.Context, in CapacityPreviewInput) (
 	var out CapacityPreview
 	return out, c.Call(ctx, "capacity.preview", in, &out)
 }
+
+// ReservationsCreateInput is reservations.create's input: Start is epoch
+// milliseconds (now when nil), Duration seconds, Binding hold when empty.
+type ReservationsCreateInput struct {
+	TenantID       string            `json:"tenantId"`
+	PoolID         string            `json:"poolId"`
+	Devices        placement.Request `json:"devices"`
+	Start          *int64            `json:"start,omitempty"`
+	Duration       int64             `json:"duration"`
+	Binding        string            `json:"binding,omitempty"`
+	LeaseSeconds   *int64            `json:"leaseSeconds,omitempty"`
+	ProjectID      string            `json:"projectId,omitempty"`
+	Spot           bool              `json:"spot,omitempty"`
+	IdempotencyKey string            `json:"idempotencyKey"`
+}
+
+// ReservationsCreate calls reservations.create: the reservation, placed
+// with its allocations.
+func (c *Client) ReservationsCreate(ctx context.Context, in ReservationsCreateInput) (Reservation, error) {
+	var out Reservation
+	return out, c.Call(ctx, "reservations.create", in, &out)
+}
+
+// ReservationsGet calls reservations.get.
+func (c *Client) ReservationsGet(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
+	var out Reservation
+	return out, c.Call(ctx, "reservations.get", map[string]string{"tenantId": tenantID, "reservationId": reservationID}, &out)
+}

@@ -399,7 +399,7 @@ func TestRootOverride(t *testing.T) {
 
 func TestPlannedMethodsAnswerUnsupported(t *testing.T) {
 	e := newEnv(t)
-	status, body := e.call(e.boot.UserToken, "reservations.get", `{"tenantId":"acme","reservationId":"rsv_01hzyx0000000000000000000a"}`)
+	status, body := e.call(e.boot.UserToken, "reservations.release", `{"tenantId":"acme","reservationId":"rsv_01hzyx0000000000000000000a"}`)
 	var out struct {
 		Error core.Error `json:"error"`
 	}
@@ -407,10 +407,10 @@ func TestPlannedMethodsAnswerUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	if status != 422 || out.Error.Code != core.CodeUnsupported || out.Error.Details["reason"] != "planned" || out.Error.Details["phase"] != "v0.1" {
-		t.Fatalf("reservations.get = %d %s", status, body)
+		t.Fatalf("reservations.release = %d %s", status, body)
 	}
 	// Validation still comes first.
-	if status, _ := e.call(e.boot.UserToken, "reservations.get", `{"tenantId":"acme","bogus":1}`); status != 400 {
+	if status, _ := e.call(e.boot.UserToken, "reservations.release", `{"tenantId":"acme","bogus":1}`); status != 400 {
 		t.Fatalf("planned method with bad input = %d, want 400", status)
 	}
 }

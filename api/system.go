@@ -59,6 +59,11 @@ func (s *Server) registerHandlers() map[string]handler {
 		"capacity.byPool":   {run: s.capacityByPool},
 		"capacity.timeline": {run: s.capacityTimeline},
 		"capacity.preview":  {run: s.capacityPreview},
+
+		// The rest of reservations (list, release, cancel, extend, renew)
+		// comes with the lifecycle's workflow.
+		"reservations.create": {admission: s.reservationsAdmission()},
+		"reservations.get":    {run: s.reservationsGet},
 	}
 }
 

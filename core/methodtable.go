@@ -668,6 +668,17 @@ var explicitSchemas = map[string][]Field{
 		{Name: "devices", Type: FieldObject, Required: true, MaxBytes: 4 << 10},
 		{Name: "start", Type: FieldInteger}, {Name: "duration", Type: FieldInteger, Required: true}},
 
+	// Reservations: devices, start and duration as capacity.preview's (the
+	// handler checks them the same way); binding defaults to hold (node is
+	// planned for v0.5); leaseSeconds at least 1, checked by the handler.
+	"reservations.create": {TenantIDField(), IdempotencyKeyField(), IDField("poolId", "pool", true),
+		{Name: "devices", Type: FieldObject, Required: true, MaxBytes: 4 << 10},
+		{Name: "start", Type: FieldInteger}, {Name: "duration", Type: FieldInteger, Required: true},
+		{Name: "binding", Type: FieldString, Enum: []string{"hold", "instance", "node"}},
+		{Name: "leaseSeconds", Type: FieldInteger}, IDField("projectId", "prj", false),
+		{Name: "spot", Type: FieldBoolean}},
+	"reservations.get": {TenantIDField(), IDField("reservationId", "rsv", true)},
+
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},
 	"cloudResources.signals": {TenantIDField(), IDField("poolId", "pool", true), IDField("resourceId", "crs", false)},
