@@ -135,37 +135,8 @@ func (s *Server) capacityPreview(ctx context.Context, c *Call, tx store.Tx) (any
 	}
 	end := start + in.Duration*1000
 
-	rows, err := tx.Query(ctx, previewNodes, pool.ID)
+	nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, start, end)
 	if err != nil {
-		return nil, err
-	}
-	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (placement.Node, error) {
-		var n placement.Node
-		return n, r.Scan(&n.ID, &n.Schedulable, &n.Trust)
-	})
-	if err != nil {
-		return nil, err
-	}
-	index := make(map[string]int, len(nodes))
-	for i, n := range nodes {
-		index[n.ID] = i
-	}
-	rows, err = tx.Query(ctx, previewAtoms, pool.ID, req.Class, start, end)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var nodeID string
-		var a placement.Atom
-		if err := rows.Scan(&nodeID, &a.ID, &a.Class, &a.Attributes); err != nil {
-			return nil, err
-		}
-		if i, ok := index[nodeID]; ok {
-			nodes[i].Atoms = append(nodes[i].Atoms, a)
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 
@@ -190,4 +161,40 @@ func (s *Server) capacityPreview(ctx context.Context, c *Call, tx store.Tx) (any
 		out.Quota = q
 	}
 	return out, nil
+}
+
+// freeNodes reads the pool's nodes with their atoms of class free over
+// [start, end), for capacity.preview and reservations.create.
+func freeNodes(ctx context.Context, tx store.Tx, poolID, class string, start, end int64) ([]placement.Node, error) {
+	rows, err := tx.Query(ctx, previewNodes, poolID)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (placement.Node, error) {
+		var n placement.Node
+		return n, r.Scan(&n.ID, &n.Schedulable, &n.Trust)
+	})
+	if err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		index[n.ID] = i
+	}
+	rows, err = tx.Query(ctx, previewAtoms, poolID, class, start, end)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var nodeID string
+		var a placement.Atom
+		if err := rows.Scan(&nodeID, &a.ID, &a.Class, &a.Attributes); err != nil {
+			return nil, err
+		}
+		if i, ok := index[nodeID]; ok {
+			nodes[i].Atoms = append(nodes[i].Atoms, a)
+		}
+	}
+	return nodes, rows.Err()
 }

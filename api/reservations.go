@@ -332,42 +332,6 @@ func setState(ctx context.Context, tx store.Tx, id string, from, to reservations
 	return nil
 }
 
-// freeNodes reads the pool's nodes with their atoms of class free over
-// [start, end), as capacity.preview does.
-func freeNodes(ctx context.Context, tx store.Tx, poolID, class string, start, end int64) ([]placement.Node, error) {
-	rows, err := tx.Query(ctx, previewNodes, poolID)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (placement.Node, error) {
-		var n placement.Node
-		return n, r.Scan(&n.ID, &n.Schedulable, &n.Trust)
-	})
-	if err != nil {
-		return nil, err
-	}
-	index := make(map[string]int, len(nodes))
-	for i, n := range nodes {
-		index[n.ID] = i
-	}
-	rows, err = tx.Query(ctx, previewAtoms, poolID, class, start, end)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var nodeID string
-		var a placement.Atom
-		if err := rows.Scan(&nodeID, &a.ID, &a.Class, &a.Attributes); err != nil {
-			return nil, err
-		}
-		if i, ok := index[nodeID]; ok {
-			nodes[i].Atoms = append(nodes[i].Atoms, a)
-		}
-	}
-	return nodes, rows.Err()
-}
-
 // book inserts the plan's allocations and their bookings. Allocations come
 // sorted by node and atoms by id, so concurrent bookers take the atoms'
 // locks in one order.
