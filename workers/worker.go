@@ -22,5 +22,10 @@ func NewControlPlane(c client.Client, deps Deps) worker.Worker {
 	w := worker.New(c, ControlPlaneQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(workflows.HealthCheck, workflow.RegisterOptions{Name: "HealthCheck"})
 	w.RegisterActivityWithOptions((&activities.Health{Store: deps.Store}).HealthEcho, activity.RegisterOptions{Name: "HealthEcho"})
+	w.RegisterWorkflowWithOptions(workflows.ReservationWorkflow, workflow.RegisterOptions{Name: workflows.ReservationWorkflowName})
+	res := &activities.Reservations{Store: deps.Store}
+	w.RegisterActivityWithOptions(res.MarkActive, activity.RegisterOptions{Name: workflows.ActivityMarkActive})
+	w.RegisterActivityWithOptions(res.Expire, activity.RegisterOptions{Name: workflows.ActivityExpire})
+	w.RegisterActivityWithOptions(res.Release, activity.RegisterOptions{Name: workflows.ActivityRelease})
 	return w
 }

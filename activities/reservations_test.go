@@ -1,0 +1,172 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/better-compute/better-compute/internal/testenv"
+	"github.com/better-compute/better-compute/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// seed inserts a site, a pool, a node with two GPUs and a reservation in
+// state with one allocation over both: gpu-0's booking has begun ([now-1h,
+// now+1h)), gpu-1's has not ([now+1h, now+2h)).
+func seed(t *testing.T, s *store.Store, state string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO sites (id, tenant_id, name, region, iam_region, kind, created_by)
+			VALUES ('site_1', 'ten_root', 's', 'eu', 'eu', 'shared', 'u')`,
+		`INSERT INTO pools (id, tenant_id, site_id, name, class, gpu_model, gpu_memory_gb, agent, created_by)
+			VALUES ('pool_1', 'ten_root', 'site_1', 'p', 'metal-host', 'h100', 80, 'bcd', 'u')`,
+		`INSERT INTO nodes (id, tenant_id, pool_id, name) VALUES ('node_1', 'ten_root', 'pool_1', 'n')`,
+		`INSERT INTO devices (node_id, device_id, tenant_id, pool_id, class, bookable)
+			VALUES ('node_1', 'gpu-0', 'ten_root', 'pool_1', 'gpu', true), ('node_1', 'gpu-1', 'ten_root', 'pool_1', 'gpu', true)`,
+		`INSERT INTO reservations (id, tenant_id, owner_identity_id, pool_id, state, devices, starts_at, ends_at)
+			VALUES ('res_1', 'ten_a', 'usr_1', 'pool_1', '` + state + `', '{}', now() - interval '1 hour', now() + interval '1 hour')`,
+		`INSERT INTO allocations (id, tenant_id, reservation_id, node_id, atoms)
+			VALUES ('alloc_1', 'ten_a', 'res_1', 'node_1', '{gpu-0,gpu-1}')`,
+		`INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind) VALUES
+			('node_1', 'gpu-0', 'alloc_1', 'ten_a', 'pool_1', tstzrange(now() - interval '1 hour', now() + interval '1 hour'), 'hold'),
+			('node_1', 'gpu-1', 'alloc_1', 'ten_a', 'pool_1', tstzrange(now() + interval '1 hour', now() + interval '2 hours'), 'hold')`,
+	} {
+		if _, err := s.Pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+func state(t *testing.T, s *store.Store) string {
+	t.Helper()
+	var st string
+	if err := s.Pool.QueryRow(context.Background(), `SELECT state FROM reservations WHERE id = 'res_1'`).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+type booking struct {
+	device       string
+	lower, upper time.Time
+}
+
+func bookings(t *testing.T, s *store.Store) []booking {
+	t.Helper()
+	rows, err := s.Pool.Query(context.Background(), `SELECT device_id, lower(during), upper(during)
+		FROM device_bookings WHERE allocation_id = 'alloc_1' ORDER BY device_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []booking
+	for rows.Next() {
+		var b booking
+		if err := rows.Scan(&b.device, &b.lower, &b.upper); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func wantCode(t *testing.T, err error, code string) {
+	t.Helper()
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != code || !ae.NonRetryable() {
+		t.Fatalf("error = %v, want non-retryable %s", err, code)
+	}
+}
+
+func TestMarkActiveThenReleaseCutsTheBookingsOnce(t *testing.T) {
+	s := testenv.Store(t)
+	seed(t, s, "placed")
+	ctx := context.Background()
+	a := &Reservations{Store: s}
+	before := bookings(t, s)
+
+	for range 2 { // the second call is a retry finding it active
+		if err := a.MarkActive(ctx, "ten_a", "res_1"); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(t, s); got != "active" {
+			t.Fatalf("state = %s", got)
+		}
+	}
+	if got := bookings(t, s); len(got) != 2 || !got[0].upper.Equal(before[0].upper) {
+		t.Fatalf("activation touched the bookings: %+v", got)
+	}
+
+	if err := a.Release(ctx, "ten_a", "res_1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, s); got != "released" {
+		t.Fatalf("state = %s", got)
+	}
+	cut := bookings(t, s)
+	if len(cut) != 1 || cut[0].device != "gpu-0" {
+		t.Fatalf("bookings after release = %+v, want gpu-0's cut and gpu-1's (not begun) gone", cut)
+	}
+	if !cut[0].lower.Equal(before[0].lower) || !cut[0].upper.Before(before[0].upper) || !cut[0].upper.After(cut[0].lower) {
+		t.Fatalf("gpu-0 booking %+v not cut to now (was %+v)", cut[0], before[0])
+	}
+	// The atom is free from now on: another booking from now fits.
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind)
+		VALUES ('node_1', 'gpu-0', 'alloc_2', 'ten_b', 'pool_1', tstzrange(now(), now() + interval '1 hour'), 'hold')`); err != nil {
+		t.Fatalf("the released atom is still booked: %v", err)
+	}
+
+	// A second release (a retry after a crash) is a no-op.
+	if err := a.Release(ctx, "ten_a", "res_1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, s); got != "released" {
+		t.Fatalf("state = %s", got)
+	}
+	if again := bookings(t, s); len(again) != 1 || !again[0].upper.Equal(cut[0].upper) {
+		t.Fatalf("second release changed the bookings: %+v", again)
+	}
+	// A released reservation is never activated again.
+	wantCode(t, a.MarkActive(ctx, "ten_a", "res_1"), "INVALID_STATE")
+}
+
+func TestExpireReleasesAndCuts(t *testing.T) {
+	s := testenv.Store(t)
+	seed(t, s, "active")
+	ctx := context.Background()
+	a := &Reservations{Store: s}
+	for range 2 {
+		if err := a.Expire(ctx, "ten_a", "res_1"); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(t, s); got != "released" {
+			t.Fatalf("state = %s", got)
+		}
+	}
+	if got := bookings(t, s); len(got) != 1 || got[0].device != "gpu-0" || !got[0].upper.Before(time.Now().Add(time.Minute)) {
+		t.Fatalf("bookings after expiry = %+v", got)
+	}
+}
+
+func TestReservationActivitiesRefuse(t *testing.T) {
+	s := testenv.Store(t)
+	seed(t, s, "placed")
+	ctx := context.Background()
+	a := &Reservations{Store: s}
+	wantCode(t, a.Release(ctx, "ten_a", "res_1"), "INVALID_STATE")
+	wantCode(t, a.MarkActive(ctx, "ten_b", "res_1"), "NOT_FOUND")
+	if got := state(t, s); got != "placed" {
+		t.Fatalf("state = %s", got)
+	}
+	if got := bookings(t, s); len(got) != 2 {
+		t.Fatalf("a refused release touched the bookings: %+v", got)
+	}
+}

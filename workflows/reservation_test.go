@@ -1,0 +1,194 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// recorder stands in for activities.Reservations and records the calls in
+// order, with the workflow clock at each.
+type recorder struct {
+	env   *testsuite.TestWorkflowEnvironment
+	calls []string
+	at    []time.Time
+}
+
+func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
+	r.env = env
+	for _, name := range []string{ActivityMarkActive, ActivityExpire, ActivityRelease} {
+		env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) error {
+			if tenantID != "t_1" || id != "res_1" {
+				return errors.New("wrong reservation")
+			}
+			r.calls = append(r.calls, name)
+			r.at = append(r.at, env.Now())
+			return nil
+		}, activity.RegisterOptions{Name: name})
+	}
+}
+
+func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *recorder) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetStartTime(t0)
+	r := &recorder{}
+	r.register(env)
+	return env, r
+}
+
+func params(lease int64) ReservationParams {
+	return ReservationParams{TenantID: "t_1", ReservationID: "res_1",
+		Start: t0.Add(time.Hour).UnixMilli(), End: t0.Add(5 * time.Hour).UnixMilli(), LeaseSeconds: lease}
+}
+
+func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) ReservationResult {
+	t.Helper()
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	var res ReservationResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func update(env *testsuite.TestWorkflowEnvironment, name, id string) (accepted, rejected *bool, outcome *error) {
+	a, r := false, false
+	var out error
+	env.UpdateWorkflow(name, id, &testsuite.TestUpdateCallback{
+		OnAccept:   func() { a = true },
+		OnReject:   func(err error) { r = true; out = err },
+		OnComplete: func(_ any, err error) { out = err },
+	})
+	return &a, &r, &out
+}
+
+func wantCalls(t *testing.T, r *recorder, want ...string) {
+	t.Helper()
+	if len(r.calls) != len(want) {
+		t.Fatalf("calls = %v, want %v", r.calls, want)
+	}
+	for i := range want {
+		if r.calls[i] != want[i] {
+			t.Fatalf("calls = %v, want %v", r.calls, want)
+		}
+	}
+}
+
+func TestReservationLeaseMissedIsReleased(t *testing.T) {
+	env, r := newEnv(t)
+	env.ExecuteWorkflow(ReservationWorkflow, params(600))
+	res := result(t, env)
+	if res.State != "released" || res.Reason != "lease" {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r, ActivityMarkActive, ActivityRelease)
+	if got := r.at[0]; !got.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("activated at %v, want the start", got)
+	}
+	if got := r.at[1]; !got.Equal(t0.Add(time.Hour + 10*time.Minute)) {
+		t.Fatalf("released at %v, want one lease period after the start", got)
+	}
+}
+
+func TestReservationRenewedIsKeptUntilEnd(t *testing.T) {
+	env, r := newEnv(t)
+	var rejected []*bool
+	// Renew every 8 minutes (a 10-minute lease) from the start to past the end.
+	for d := time.Hour + 8*time.Minute; d < 5*time.Hour; d += 8 * time.Minute {
+		env.RegisterDelayedCallback(func() {
+			_, rej, _ := update(env, UpdateRenew, "renew-"+d.String())
+			rejected = append(rejected, rej)
+		}, d)
+	}
+	env.ExecuteWorkflow(ReservationWorkflow, params(600))
+	res := result(t, env)
+	if res.State != "released" || res.Reason != "end" {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+	if got := r.at[1]; !got.Equal(t0.Add(5 * time.Hour)) {
+		t.Fatalf("expired at %v, want the end", got)
+	}
+	if len(rejected) < 25 {
+		t.Fatalf("%d renewals sent", len(rejected))
+	}
+	for i, rej := range rejected {
+		if *rej {
+			t.Fatalf("renewal %d rejected", i)
+		}
+	}
+}
+
+func TestReservationReleaseUpdate(t *testing.T) {
+	env, r := newEnv(t)
+	var acc, rej *bool
+	var out *error
+	env.RegisterDelayedCallback(func() { acc, rej, out = update(env, UpdateRelease, "release-1") }, 2*time.Hour)
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	res := result(t, env)
+	if res.State != "released" || res.Reason != "release" {
+		t.Fatalf("result = %+v", res)
+	}
+	if !*acc || *rej || *out != nil {
+		t.Fatalf("release accepted %v rejected %v outcome %v", *acc, *rej, *out)
+	}
+	wantCalls(t, r, ActivityMarkActive, ActivityRelease)
+	if got := r.at[1]; !got.Equal(t0.Add(2 * time.Hour)) {
+		t.Fatalf("released at %v", got)
+	}
+}
+
+func TestReservationUpdatesRejected(t *testing.T) {
+	env, r := newEnv(t)
+	var beforeStart, noLease *bool
+	var noLeaseErr *error
+	// Before the start the reservation is not active: release is refused.
+	env.RegisterDelayedCallback(func() { _, beforeStart, _ = update(env, UpdateRelease, "early") }, 30*time.Minute)
+	// Active but without a lease: renew is refused.
+	env.RegisterDelayedCallback(func() { _, noLease, noLeaseErr = update(env, UpdateRenew, "renew") }, 2*time.Hour)
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	res := result(t, env)
+	if res.State != "released" || res.Reason != "end" {
+		t.Fatalf("result = %+v", res)
+	}
+	if !*beforeStart {
+		t.Fatal("release before the start was accepted")
+	}
+	if !*noLease || *noLeaseErr == nil {
+		t.Fatalf("renew without a lease: rejected %v, %v", *noLease, *noLeaseErr)
+	}
+	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+}
+
+func TestReservationContinuesAsNewAfterManyRenewals(t *testing.T) {
+	old := reservationMaxRenewals
+	reservationMaxRenewals = 3
+	t.Cleanup(func() { reservationMaxRenewals = old })
+	env, r := newEnv(t)
+	for i := 1; i <= 3; i++ {
+		env.RegisterDelayedCallback(func() { update(env, UpdateRenew, fmt.Sprint("renew-", i)) }, time.Hour+time.Duration(i)*time.Minute)
+	}
+	env.ExecuteWorkflow(ReservationWorkflow, params(600))
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("workflow error = %v, want continue-as-new", err)
+	}
+	wantCalls(t, r, ActivityMarkActive)
+}
