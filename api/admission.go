@@ -41,6 +41,11 @@ type admission struct {
 	// transaction of its own once transaction 2 has rolled back; it decides
 	// from cause whether the refusal is final (no capacity, over quota).
 	failed func(ctx context.Context, c *Call, tx store.Tx, cause error) error
+	// started, optional, starts what drives the admitted resource (its
+	// workflow) once transaction 2 has committed — and again on every replay,
+	// so a crash between the commit and the start is finished by the
+	// caller's retry. It must be idempotent.
+	started func(ctx context.Context, c *Call) error
 }
 
 // admit runs an admission's steps 6 and 8.
@@ -84,7 +89,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 			return core.Errorf(core.CodeConflict, "idempotencyKey %q was used with another request", in.IdempotencyKey).
 				WithDetails(map[string]any{"field": "idempotencyKey"})
 		case found && row.result != nil:
-			replay = row.result
+			replay, c.Resource = row.result, row.resource
 			return nil
 		case found:
 			c.Resource = row.resource // prepared before a crash: decide on it again
@@ -97,8 +102,11 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 		}
 		return key.insert(ctx, tx, hash, c.Resource)
 	})
-	if err != nil || replay != nil {
-		return replay, err
+	if err != nil {
+		return nil, err
+	}
+	if replay != nil {
+		return replay, s.start(ctx, c, a)
 	}
 	if r, ok := s.iam.(iam.Refresher); ok {
 		if err := r.RefreshResource(ctx, c.DecisionTenant, c.Resource); err != nil {
@@ -137,14 +145,32 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 		return writeAudit(ctx, tx, c)
 	})
 	if replay != nil {
+		if err == nil {
+			err = s.start(ctx, c, a)
+		}
 		return replay, err
 	}
-	if err != nil && a.failed != nil {
+	if err == nil {
+		return out, s.start(ctx, c, a)
+	}
+	if a.failed != nil {
 		if ferr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.failed(ctx, c, tx, err) }); ferr != nil {
 			s.deps.Logger.Error("recording a refused admission", "resource", c.Resource.String(), "error", ferr)
 		}
 	}
 	return out, err
+}
+
+// start runs the admission's started hook; a failure is UNAVAILABLE, which
+// the caller retries with the same key (the replay starts it again).
+func (s *Server) start(ctx context.Context, c *Call, a *admission) error {
+	if a.started == nil {
+		return nil
+	}
+	if err := a.started(ctx, c); err != nil {
+		return core.Wrap(core.CodeUnavailable, err, "admitted, but its workflow could not be started; retry with the same idempotencyKey")
+	}
+	return nil
 }
 
 // requestHash is the SHA-256 of the input re-encoded canonically (object keys

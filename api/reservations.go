@@ -9,12 +9,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/workflows"
 )
 
 // reservations.create is an admission (admission.go):
@@ -82,7 +86,7 @@ var gpuClasses = map[string]bool{placement.ClassGPU: true, placement.ClassMIG: t
 
 func (s *Server) reservationsAdmission() *admission {
 	return &admission{prepare: s.reservationsPrepare, complete: s.reservationsComplete,
-		denied: s.reservationsDenied, failed: s.reservationsFailed}
+		denied: s.reservationsDenied, failed: s.reservationsFailed, started: s.reservationsStarted}
 }
 
 type reservationInput struct {
@@ -397,4 +401,42 @@ func loadReservation(ctx context.Context, tx store.Tx, tenantID, id string, lock
 		r.Allocations = []ReservationAllocation{}
 	}
 	return r, err
+}
+
+// reservationsStarted starts the reservation's workflow (id = the
+// reservation id) once it is placed. It is idempotent: an existing run is
+// used, and a finished one is not started again. Without a Temporal client
+// (tests of the API alone) nothing drives reservations.
+func (s *Server) reservationsStarted(ctx context.Context, c *Call) error {
+	if s.deps.Temporal == nil {
+		return nil
+	}
+	var r Reservation
+	err := s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+		r, err = loadReservation(ctx, tx, c.TenantID, c.Resource.ID, false)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	switch reservations.State(r.State) {
+	case reservations.Placed, reservations.Binding, reservations.Active:
+	default:
+		return nil
+	}
+	params := workflows.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, Start: r.Start, End: r.End}
+	if r.LeaseSeconds != nil {
+		params.LeaseSeconds = *r.LeaseSeconds
+	}
+	_, err = s.deps.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       r.ID,
+		TaskQueue:                s.deps.TaskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflows.ReservationWorkflowName, params)
+	var done *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &done) {
+		return nil // it ran and finished: nothing to start
+	}
+	return err
 }

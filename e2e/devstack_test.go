@@ -14,10 +14,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/core/placement"
 
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/deploy/postgres"
@@ -230,6 +232,39 @@ func TestDevStackOverHTTP(t *testing.T) {
 		}
 		if nodes.Items[0].HardwareKey == nodes.Items[1].HardwareKey {
 			t.Fatal("the demo nodes share a hardware key")
+		}
+	})
+
+	t.Run("a reservation starts its workflow, which makes it active", func(t *testing.T) {
+		token, err := s.DemoToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		acme := api.NewClient(base, token)
+		in := api.ReservationsCreateInput{TenantID: "acme", PoolID: s.Demo().PoolID, Duration: 3600, IdempotencyKey: "e2e-1",
+			Devices: placement.Request{Class: placement.ClassGPU, Count: 2}}
+		r, err := acme.ReservationsCreate(ctx, in)
+		if err != nil || r.State != "placed" || len(r.Allocations) != 1 {
+			t.Fatalf("reservations.create = %+v, %v", r, err)
+		}
+		if again, err := acme.ReservationsCreate(ctx, in); err != nil || again.ID != r.ID {
+			t.Fatalf("replay = %+v, %v", again, err)
+		}
+		desc, err := s.Client().DescribeWorkflowExecution(ctx, r.ID, "")
+		if err != nil || desc.WorkflowExecutionInfo.GetType().GetName() != "ReservationWorkflow" {
+			t.Fatalf("the reservation's workflow: %v, %v", desc, err)
+		}
+		// The workflow marks it active (start is now); wait, bounded.
+		deadline := time.Now().Add(time.Minute)
+		for r.State != "active" {
+			if time.Now().After(deadline) {
+				t.Fatalf("the reservation never became active: %s", r.State)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if r, err = acme.ReservationsGet(ctx, "acme", r.ID); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 
