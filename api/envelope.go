@@ -315,6 +315,9 @@ func scopeOf(m core.Method, input json.RawMessage) (string, error) {
 	return in.Scope, nil
 }
 
+// listLimit bounds one page of every list.
+const listLimit = 500
+
 // listRetryWait is how long a list waits for the projection to catch up
 // when IAM does not know an item yet, before it reloads the page once.
 const listRetryWait = 100 * time.Millisecond
@@ -398,7 +401,7 @@ func writeAudit(ctx context.Context, tx store.Tx, c *Call) error {
 
 // metricName keeps the metric's label set bounded: unknown names share one.
 func (s *Server) metricName(name string) string {
-	if _, ok := s.registry.Get(name); ok {
+	if s.registry.Has(name) {
 		return name
 	}
 	return "unknown"

@@ -331,7 +331,7 @@ func (s *Server) nodesList(ctx context.Context, c *Call, tx store.Tx) (page, err
 		  AND ($2 = '' OR n.pool_id = $2) AND ($3 = '' OR n.provision_state = $3) AND ($4 = '' OR n.connectivity = $4)
 		  AND EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = $5 AND a.id = n.id AND a.tenant_id = $1)
 		ORDER BY n.created_at, n.id LIMIT $6`,
-		c.TenantID, in.PoolID, in.ProvisionState, in.Connectivity, s.catalog.FullName("node"), fleetListLimit)
+		c.TenantID, in.PoolID, in.ProvisionState, in.Connectivity, s.catalog.FullName("node"), listLimit)
 	if err != nil {
 		return page{}, err
 	}

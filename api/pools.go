@@ -462,7 +462,7 @@ func (s *Server) poolsList(ctx context.Context, c *Call, tx store.Tx) (page, err
 		  AND ($2 = '' OR p.site_id = $2) AND ($3 = '' OR p.class = $3)
 		  AND EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = $4 AND a.id = p.id
 		              AND (a.tenant_id = $1 OR $1 = ANY (a.shared_with)))
-		ORDER BY p.created_at, p.id LIMIT $5`, c.TenantID, in.SiteID, in.Class, s.catalog.FullName("pool"), fleetListLimit)
+		ORDER BY p.created_at, p.id LIMIT $5`, c.TenantID, in.SiteID, in.Class, s.catalog.FullName("pool"), listLimit)
 	if err != nil {
 		return page{}, err
 	}

@@ -100,16 +100,13 @@ func (s *Server) loadProject(ctx context.Context, tx store.Tx, tenantID, id stri
 	return p, err
 }
 
-// projectsListLimit bounds one page.
-const projectsListLimit = 500
-
 func (s *Server) projectsList(ctx context.Context, c *Call, tx store.Tx) (page, error) {
 	// The SQL pre-filter: the tenant's live projects, of which the
 	// projection holds a row (in the tenant's view).
 	rows, err := tx.Query(ctx, `SELECT `+projectColumns+` FROM projects p
 		WHERE p.tenant_id = $1 AND p.archived_at IS NULL
 		  AND EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = $2 AND a.id = p.id AND a.tenant_id = $1)
-		ORDER BY p.created_at, p.id LIMIT $3`, c.TenantID, s.catalog.FullName("project"), projectsListLimit)
+		ORDER BY p.created_at, p.id LIMIT $3`, c.TenantID, s.catalog.FullName("project"), listLimit)
 	if err != nil {
 		return page{}, err
 	}

@@ -38,7 +38,7 @@ func (s *Server) quotasGet(ctx context.Context, c *Call, tx store.Tx) (any, erro
 	rows, err := tx.Query(ctx, `SELECT o.pool_id, o.tenant_id, o.quota, o.priority, o.include_descendants, o.created_by, o.created_at, o.updated_at
 		FROM pool_offers o JOIN pools p ON p.id = o.pool_id
 		WHERE o.tenant_id = $1 AND p.archived_at IS NULL AND ($2 = '' OR o.pool_id = $2)
-		ORDER BY o.pool_id LIMIT $3`, c.TenantID, in.PoolID, fleetListLimit)
+		ORDER BY o.pool_id LIMIT $3`, c.TenantID, in.PoolID, listLimit)
 	if err != nil {
 		return nil, err
 	}

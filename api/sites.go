@@ -193,15 +193,12 @@ func (s *Server) sitesGet(ctx context.Context, c *Call, tx store.Tx) (any, error
 	return s.loadSite(ctx, tx, c.TenantID, in.SiteID, false)
 }
 
-// fleetListLimit bounds one page of sites or pools.
-const fleetListLimit = 500
-
 func (s *Server) sitesList(ctx context.Context, c *Call, tx store.Tx) (page, error) {
 	// The SQL pre-filter: the tenant's live sites the projection holds.
 	rows, err := tx.Query(ctx, `SELECT `+siteColumns+` FROM sites s
 		WHERE s.tenant_id = $1 AND s.deleted_at IS NULL
 		  AND EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = $2 AND a.id = s.id AND a.tenant_id = $1)
-		ORDER BY s.created_at, s.id LIMIT $3`, c.TenantID, s.catalog.FullName("site"), fleetListLimit)
+		ORDER BY s.created_at, s.id LIMIT $3`, c.TenantID, s.catalog.FullName("site"), listLimit)
 	if err != nil {
 		return page{}, err
 	}

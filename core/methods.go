@@ -194,6 +194,13 @@ func TableRegistry() (*Registry, error) {
 	return NewRegistry(ms...)
 }
 
+// Has reports whether a method of that full name is registered, without
+// copying it (the envelope's metrics ask on every call).
+func (r *Registry) Has(name string) bool {
+	_, ok := r.byName[name]
+	return ok
+}
+
 // Get returns a method by full name ("reservations.create").
 func (r *Registry) Get(name string) (Method, bool) {
 	m, ok := r.byName[name]
