@@ -20,9 +20,8 @@ import (
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core/placement"
-
 	"github.com/better-compute/better-compute/deploy/devstack"
-	"github.com/better-compute/better-compute/deploy/postgres"
+	"github.com/better-compute/better-compute/internal/freeport"
 )
 
 func startStack(t *testing.T, dir string, pgPort int) *devstack.Stack {
@@ -116,7 +115,7 @@ func errorCode(r reply) string {
 
 func TestDevStackOverHTTP(t *testing.T) {
 	dir := stackDir(t)
-	pgPort, err := postgres.FreePort("127.0.0.1")
+	pgPort, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +284,7 @@ func TestDevStackOverHTTP(t *testing.T) {
 // control-plane database and workflows in Temporal's.
 func TestDevStackKeepsDataAcrossRestarts(t *testing.T) {
 	dir := stackDir(t)
-	pgPort, err := postgres.FreePort("127.0.0.1")
+	pgPort, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

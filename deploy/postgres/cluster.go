@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/internal/freeport"
 )
 
 // Options says where the cluster lives and how it listens.
@@ -128,7 +130,7 @@ func prepare(ctx context.Context, o Options, bindir string) (*Cluster, error) {
 		o.LogFile = filepath.Join(filepath.Dir(o.DataDir), filepath.Base(o.DataDir)+".log")
 	}
 	if o.Port == 0 {
-		if o.Port, err = FreePort(o.Host); err != nil {
+		if o.Port, err = freeport.Pick(o.Host); err != nil {
 			return nil, err
 		}
 	}
@@ -386,14 +388,4 @@ func (c *Cluster) EnsureDatabase(ctx context.Context, db, template string) (bool
 		return false, fmt.Errorf("postgres: create database %s: %w", db, err)
 	}
 	return true, nil
-}
-
-// FreePort asks the kernel for a free TCP port on host.
-func FreePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -12,8 +12,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +33,8 @@ import (
 	"go.temporal.io/server/common/membership/static"
 	"go.temporal.io/server/common/primitives"
 	"go.temporal.io/server/temporal"
+
+	"github.com/better-compute/better-compute/internal/freeport"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -148,14 +152,55 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 
 	// Ports: the frontend's, its HTTP API's and one per internal service.
-	// The server treats a port it cannot listen on as fatal, so check the
-	// requested one first.
-	if frontendPort, err = probePort(host, frontendPort); err != nil {
-		return nil, fmt.Errorf("frontend address: %w", err)
+	// The server treats a port it cannot listen on as fatal, so ports are
+	// checked first; a port chosen here can still be taken before the
+	// server binds it, and then the start is tried again with fresh ones.
+	var srv temporal.Server
+	var frontendAddr, httpAddr string
+	for attempt := 1; ; attempt++ {
+		srv, frontendAddr, httpAddr, err = newServer(o, logger, host, frontendPort, mainStore, visStore)
+		if err == nil || attempt == maxStartAttempts || !addressInUse(err) {
+			break
+		}
+		slogger.Warn("temporal: a chosen port was taken before the server bound it; retrying with fresh ports", "attempt", attempt, "error", err)
 	}
-	ports, err := freePorts(host, 4)
 	if err != nil {
 		return nil, err
+	}
+
+	s := &Server{
+		frontendAddr: frontendAddr,
+		httpAddr:     httpAddr,
+		logger:       slogger,
+		stopping:     logger.stopping,
+		server:       srv,
+	}
+	if err := s.awaitReady(ctx, o); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if o.UIAddr != "" {
+		if err := s.startUI(ctx, uiHost, uiPort, o.Namespaces[0]); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// maxStartAttempts bounds the starts tried when chosen ports are taken.
+const maxStartAttempts = 3
+
+// newServer chooses the ports left to it, then creates and starts the
+// server. It returns the frontend's gRPC and HTTP addresses.
+func newServer(o Options, logger serverLogger, host string, frontendPort int, mainStore, visStore *config.SQL) (temporal.Server, string, string, error) {
+	frontendPort, err := probePort(host, frontendPort)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("frontend address: %w", err)
+	}
+	ports, err := freeport.PickN(host, 4)
+	if err != nil {
+		return nil, "", "", err
 	}
 	httpPort := ports[0]
 	servicePorts := map[primitives.ServiceName]int{
@@ -184,30 +229,20 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create temporal server: %w", err)
+		return nil, "", "", fmt.Errorf("create temporal server: %w", err)
 	}
 	if err := catchFatal(srv.Start); err != nil {
-		return nil, fmt.Errorf("start temporal server: %w", err)
+		_ = catchFatal(srv.Stop)
+		return nil, "", "", fmt.Errorf("start temporal server: %w", err)
 	}
+	return srv, frontendAddr, httpAddr, nil
+}
 
-	s := &Server{
-		frontendAddr: frontendAddr,
-		httpAddr:     httpAddr,
-		logger:       slogger,
-		stopping:     logger.stopping,
-		server:       srv,
-	}
-	if err := s.awaitReady(ctx, o); err != nil {
-		s.Stop()
-		return nil, err
-	}
-	if o.UIAddr != "" {
-		if err := s.startUI(ctx, uiHost, uiPort, o.Namespaces[0]); err != nil {
-			s.Stop()
-			return nil, err
-		}
-	}
-	return s, nil
+// addressInUse reports whether err says a port was already taken. The
+// server's dependency injection flattens causes into text, so the text is
+// checked as well as the chain.
+func addressInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
 }
 
 // Stop stops the UI and the server and releases their ports. It is safe to
@@ -479,24 +514,13 @@ func splitHostPort(addr string) (string, int, error) {
 // probePort checks that host:port can be listened on right now; port 0
 // picks a free port, which is returned.
 func probePort(host string, port int) (int, error) {
+	if port == 0 {
+		return freeport.Pick(host)
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freePorts returns n distinct ports that were free on host a moment ago.
-func freePorts(host string, n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("find a free port on %s: %w", host, err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	ln.Close()
+	return port, nil
 }

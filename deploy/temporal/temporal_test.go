@@ -2,6 +2,7 @@ package temporal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/better-compute/better-compute/deploy/postgres"
+	"github.com/better-compute/better-compute/internal/freeport"
 )
 
 // testTimeout bounds each test's interactions with the server. It is a
@@ -256,7 +259,7 @@ func dial(ctx context.Context, t testing.TB, addr, namespace string) client.Clie
 
 func freeTestPort(t testing.TB) int {
 	t.Helper()
-	port, err := postgres.FreePort("127.0.0.1")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,4 +293,19 @@ func startTestPostgres(t testing.TB, settings ...string) PostgresStore {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return PostgresStore{Host: c.Host(), Port: c.Port(), User: c.User(), SSLMode: "disable"}
+}
+
+func TestAddressInUseRecognisesFlattenedCauses(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("listen: %w", syscall.EADDRINUSE), true},
+		{errors.New("failed listening for HTTP API on 127.0.0.1:34053: listen tcp 127.0.0.1:34053: bind: address already in use"), true},
+		{errors.New("connection refused"), false},
+	} {
+		if got := addressInUse(tc.err); got != tc.want {
+			t.Errorf("addressInUse(%q) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }
