@@ -7,6 +7,8 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X $(PKG)/internal/buildinfo.Version=$(VERSION) -X $(PKG)/internal/buildinfo.Commit=$(COMMIT)
 # The whole suite, integration tests included; stays under 15 minutes on 2 cores.
 TEST_TIMEOUT ?= 14m
+# go-nvml's cgo preamble uses NVML calls its headers mark deprecated.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: all build run test lint bench clean
 

@@ -2,15 +2,17 @@ package activities
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"time"
 
-	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/workflows"
 )
 
 // Reservations is the activity side of the reservation workflow
@@ -22,22 +24,65 @@ import (
 // transaction that reaches released, so they are never released twice.
 type Reservations struct {
 	Store *store.Store
+	// Temporal and TaskQueue start reservation workflows (Reconcile).
+	Temporal  client.Client
+	TaskQueue string
+}
+
+// reconcileGrace is how long a placed reservation may go without its
+// workflow before the reconciler starts it: the API starts it right after
+// the commit, and this keeps the two from racing.
+const reconcileGrace = 30 * time.Second
+
+// Reconcile starts the workflow of every live reservation whose start was
+// lost (workflow_started_at is null past the grace period), a page at a
+// time, and records the start. It answers how many it started.
+func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
+	var started int
+	for {
+		var page []store.UnstartedReservation
+		err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+			page, err = store.UnstartedReservations(ctx, tx, reconcileGrace, 100)
+			return err
+		})
+		if err != nil || len(page) == 0 {
+			return started, err
+		}
+		for _, u := range page {
+			p := workflows.ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
+				LeaseSeconds: u.LeaseSeconds, Active: u.Active, LeaseDeadline: u.LeaseDeadline}
+			if err := workflows.StartReservation(ctx, r.Temporal, r.TaskQueue, p); err != nil {
+				return started, err
+			}
+			if err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+				return store.MarkReservationWorkflowStarted(ctx, tx, u.ID)
+			}); err != nil {
+				return started, err
+			}
+			started++
+			activity.RecordHeartbeat(ctx, started)
+		}
+	}
 }
 
 // MarkActive moves a placed reservation to active: placed -> binding ->
-// active. Binding is a no-op seam for now: a hold needs nothing on the node;
-// the agent's CDI command (instance and node bindings) comes with the agent
-// issue and will run between the two edges. An already active reservation
-// succeeds unchanged; any other state is a non-retryable INVALID_STATE.
-func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID string) error {
-	return r.Store.InTx(ctx, pgx.TxOptions{}, func(tx store.Tx) error {
+// active, and answers the state it ends in. Binding is a no-op seam for now:
+// a hold needs nothing on the node; the agent's CDI command (instance and
+// node bindings) comes with the agent issue and will run between the two
+// edges. An active reservation succeeds unchanged; a cancelled one answers
+// "cancelled" (the API cancelled it while the workflow was waiting); any
+// other state is a non-retryable INVALID_STATE.
+func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID string) (string, error) {
+	var end reservations.State
+	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		from, err := lockState(ctx, tx, tenantID, reservationID)
 		if err != nil {
 			return err
 		}
 		var path []reservations.State
 		switch from {
-		case reservations.Active:
+		case reservations.Active, reservations.Cancelled:
+			end = from
 			return nil
 		case reservations.Placed:
 			path = []reservations.State{reservations.Binding, reservations.Active}
@@ -46,15 +91,41 @@ func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID s
 		default:
 			return invalidState(reservationID, from, reservations.Active)
 		}
-		return walk(ctx, tx, reservationID, from, path)
+		end = reservations.Active
+		if err := walk(ctx, tx, tenantID, reservationID, from, path); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE reservations SET lease_expires_at = now() + lease_seconds * interval '1 second'
+			WHERE id = $1 AND lease_seconds IS NOT NULL`, reservationID)
+		return err
 	})
+	return string(end), err
 }
 
 // Expire ends an active reservation that ran past its end: active ->
 // expired -> releasing -> released, cutting its bookings to now in the same
-// transaction. A released reservation succeeds unchanged.
-func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID string) error {
-	return r.finish(ctx, tenantID, reservationID, true)
+// transaction. A released reservation succeeds unchanged. When the row's
+// end is still ahead (an extension the workflow has not heard of), nothing
+// changes and the answer carries the new end.
+func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID string) (workflows.ExpireResult, error) {
+	var out workflows.ExpireResult
+	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		from, err := lockState(ctx, tx, tenantID, reservationID)
+		if err != nil {
+			return err
+		}
+		var ahead bool
+		if err := tx.QueryRow(ctx, `SELECT ends_at > now(), (extract(epoch FROM ends_at) * 1000)::bigint
+			FROM reservations WHERE id = $1`, reservationID).Scan(&ahead, &out.End); err != nil {
+			return err
+		}
+		if ahead && from == reservations.Active {
+			return nil
+		}
+		out.Released = true
+		return finish(ctx, tx, tenantID, reservationID, from, true)
+	})
+	return out, err
 }
 
 // Release releases an active reservation (the release update, or a lease
@@ -62,88 +133,63 @@ func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID strin
 // its bookings to now in the same transaction. An expired or releasing
 // reservation is carried on to released; a released one succeeds unchanged.
 func (r *Reservations) Release(ctx context.Context, tenantID, reservationID string) error {
-	return r.finish(ctx, tenantID, reservationID, false)
-}
-
-func (r *Reservations) finish(ctx context.Context, tenantID, reservationID string, expire bool) error {
-	return r.Store.InTx(ctx, pgx.TxOptions{}, func(tx store.Tx) error {
+	return r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		from, err := lockState(ctx, tx, tenantID, reservationID)
 		if err != nil {
 			return err
 		}
-		var path []reservations.State
-		switch from {
-		case reservations.Released:
-			return nil
-		case reservations.Active:
-			if expire {
-				path = append(path, reservations.Expired)
-			}
-			path = append(path, reservations.Releasing, reservations.Released)
-		case reservations.Expired:
-			path = []reservations.State{reservations.Releasing, reservations.Released}
-		case reservations.Releasing:
-			path = []reservations.State{reservations.Released}
-		default:
-			return invalidState(reservationID, from, reservations.Released)
-		}
-		if err := walk(ctx, tx, reservationID, from, path); err != nil {
-			return err
-		}
-		return cutBookings(ctx, tx, tenantID, reservationID)
+		return finish(ctx, tx, tenantID, reservationID, from, false)
 	})
+}
+
+// finish walks the locked reservation to released and cuts its bookings in
+// the transaction that reaches released, so they are cut exactly once.
+func finish(ctx context.Context, tx store.Tx, tenantID, id string, from reservations.State, expire bool) error {
+	var path []reservations.State
+	switch from {
+	case reservations.Released:
+		return nil
+	case reservations.Active:
+		if expire {
+			path = append(path, reservations.Expired)
+		}
+		path = append(path, reservations.Releasing, reservations.Released)
+	case reservations.Expired:
+		path = []reservations.State{reservations.Releasing, reservations.Released}
+	case reservations.Releasing:
+		path = []reservations.State{reservations.Released}
+	default:
+		return invalidState(id, from, reservations.Released)
+	}
+	if err := walk(ctx, tx, tenantID, id, from, path); err != nil {
+		return err
+	}
+	return store.CutReservationBookings(ctx, tx, tenantID, id)
 }
 
 // lockState reads and locks the reservation's state; an unknown reservation
 // (or another tenant's) is a non-retryable NOT_FOUND.
 func lockState(ctx context.Context, tx store.Tx, tenantID, id string) (reservations.State, error) {
-	var s string
-	err := tx.QueryRow(ctx, `SELECT state FROM reservations WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, id, tenantID).Scan(&s)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("reservation %s not found", id),
-			string(core.CodeNotFound), nil)
+	s, err := store.LockReservationState(ctx, tx, tenantID, id)
+	if ce := core.AsError(err); err != nil && ce.Code == core.CodeNotFound {
+		return "", temporal.NewNonRetryableApplicationError(ce.Message, string(core.CodeNotFound), nil)
 	}
-	if err != nil {
-		return "", err
-	}
-	return reservations.State(s), nil
+	return s, err
 }
 
 // walk moves the locked reservation from along path, one checked edge at a
 // time.
-func walk(ctx context.Context, tx store.Tx, id string, from reservations.State, path []reservations.State) error {
+func walk(ctx context.Context, tx store.Tx, tenantID, id string, from reservations.State, path []reservations.State) error {
 	for _, to := range path {
-		if err := reservations.Transition(from, to); err != nil {
-			return temporal.NewNonRetryableApplicationError(err.Error(), string(core.CodeInvalidState), err)
-		}
-		tag, err := tx.Exec(ctx, `UPDATE reservations SET state = $3, updated_at = now() WHERE id = $1 AND state = $2`,
-			id, string(from), string(to))
-		if err != nil {
+		if err := store.SetReservationState(ctx, tx, tenantID, id, from, to, nil); err != nil {
+			if ce := core.AsError(err); ce.Code == core.CodeInvalidState {
+				return temporal.NewNonRetryableApplicationError(err.Error(), string(core.CodeInvalidState), err)
+			}
 			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("reservation %s is no longer %s", id, from)
 		}
 		from = to
 	}
 	return nil
-}
-
-// cutBookings frees the reservation's atoms from now on: a booking that has
-// begun ends now ([lower, now)); one that has not begun yet is deleted, as
-// an empty range would break device_bookings' CHECK (NOT isempty(during)).
-// now() is the transaction's start, the same instant for every row.
-func cutBookings(ctx context.Context, tx store.Tx, tenantID, id string) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM device_bookings b USING allocations a
-		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id AND lower(b.during) >= now()`,
-		id, tenantID); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, `UPDATE device_bookings b SET during = tstzrange(lower(b.during), now())
-		FROM allocations a
-		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id
-			AND (upper_inf(b.during) OR upper(b.during) > now())`, id, tenantID)
-	return err
 }
 
 func invalidState(id string, from, to reservations.State) error {

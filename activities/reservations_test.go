@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func seed(t *testing.T, s *store.Store, state string) {
 		`INSERT INTO devices (node_id, device_id, tenant_id, pool_id, class, bookable)
 			VALUES ('node_1', 'gpu-0', 'ten_root', 'pool_1', 'gpu', true), ('node_1', 'gpu-1', 'ten_root', 'pool_1', 'gpu', true)`,
 		`INSERT INTO reservations (id, tenant_id, owner_identity_id, pool_id, state, devices, starts_at, ends_at)
-			VALUES ('res_1', 'ten_a', 'usr_1', 'pool_1', '` + state + `', '{}', now() - interval '1 hour', now() + interval '1 hour')`,
+			VALUES ('res_1', 'ten_a', 'usr_1', 'pool_1', '` + state + `', '{"class": "gpu", "count": 2}', now() - interval '1 hour', now() + interval '1 hour')`,
 		`INSERT INTO allocations (id, tenant_id, reservation_id, node_id, atoms)
 			VALUES ('alloc_1', 'ten_a', 'res_1', 'node_1', '{gpu-0,gpu-1}')`,
 		`INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind) VALUES
@@ -94,8 +95,8 @@ func TestMarkActiveThenReleaseCutsTheBookingsOnce(t *testing.T) {
 	before := bookings(t, s)
 
 	for range 2 { // the second call is a retry finding it active
-		if err := a.MarkActive(ctx, "ten_a", "res_1"); err != nil {
-			t.Fatal(err)
+		if got, err := a.MarkActive(ctx, "ten_a", "res_1"); err != nil || got != "active" {
+			t.Fatalf("MarkActive = %q, %v", got, err)
 		}
 		if got := state(t, s); got != "active" {
 			t.Fatalf("state = %s", got)
@@ -135,7 +136,43 @@ func TestMarkActiveThenReleaseCutsTheBookingsOnce(t *testing.T) {
 		t.Fatalf("second release changed the bookings: %+v", again)
 	}
 	// A released reservation is never activated again.
-	wantCode(t, a.MarkActive(ctx, "ten_a", "res_1"), "INVALID_STATE")
+	_, err := a.MarkActive(ctx, "ten_a", "res_1")
+	wantCode(t, err, "INVALID_STATE")
+
+	// Each edge was published once, in order, and the usage interval opened
+	// at activation was closed at release.
+	var types []string
+	rows, _ := s.Pool.Query(ctx, `SELECT type FROM events WHERE resource_id = 'res_1' ORDER BY seq`)
+	for rows.Next() {
+		var typ string
+		if err := rows.Scan(&typ); err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, typ)
+	}
+	if want := "reservation.binding reservation.active reservation.releasing reservation.released"; strings.Join(types, " ") != want {
+		t.Fatalf("events = %v, want %s", types, want)
+	}
+	var units int
+	var open bool
+	if err := s.Pool.QueryRow(ctx, `SELECT units, ended_at IS NULL FROM usage_intervals WHERE reservation_id = 'res_1'`).Scan(&units, &open); err != nil {
+		t.Fatal(err)
+	}
+	if units != 2 || open {
+		t.Fatalf("usage interval units=%d open=%v, want 2 GPUs, closed", units, open)
+	}
+}
+
+func TestMarkActiveFindsACancelledReservation(t *testing.T) {
+	s := testenv.Store(t)
+	seed(t, s, "cancelled")
+	got, err := (&Reservations{Store: s}).MarkActive(context.Background(), "ten_a", "res_1")
+	if err != nil || got != "cancelled" {
+		t.Fatalf("MarkActive = %q, %v; want cancelled", got, err)
+	}
+	if st := state(t, s); st != "cancelled" {
+		t.Fatalf("state = %s", st)
+	}
 }
 
 func TestExpireReleasesAndCuts(t *testing.T) {
@@ -143,9 +180,22 @@ func TestExpireReleasesAndCuts(t *testing.T) {
 	seed(t, s, "active")
 	ctx := context.Background()
 	a := &Reservations{Store: s}
+
+	// Its end is still an hour away (extended, say): nothing changes.
+	got, err := a.Expire(ctx, "ten_a", "res_1")
+	if err != nil || got.Released || got.End < time.Now().Add(50*time.Minute).UnixMilli() {
+		t.Fatalf("Expire before the end = %+v, %v", got, err)
+	}
+	if st := state(t, s); st != "active" {
+		t.Fatalf("state = %s", st)
+	}
+
+	if _, err := s.Pool.Exec(ctx, `UPDATE reservations SET ends_at = now() - interval '1 second' WHERE id = 'res_1'`); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
-		if err := a.Expire(ctx, "ten_a", "res_1"); err != nil {
-			t.Fatal(err)
+		if got, err := a.Expire(ctx, "ten_a", "res_1"); err != nil || !got.Released {
+			t.Fatalf("Expire = %+v, %v", got, err)
 		}
 		if got := state(t, s); got != "released" {
 			t.Fatalf("state = %s", got)
@@ -162,7 +212,8 @@ func TestReservationActivitiesRefuse(t *testing.T) {
 	ctx := context.Background()
 	a := &Reservations{Store: s}
 	wantCode(t, a.Release(ctx, "ten_a", "res_1"), "INVALID_STATE")
-	wantCode(t, a.MarkActive(ctx, "ten_b", "res_1"), "NOT_FOUND")
+	_, err := a.MarkActive(ctx, "ten_b", "res_1")
+	wantCode(t, err, "NOT_FOUND")
 	if got := state(t, s); got != "placed" {
 		t.Fatalf("state = %s", got)
 	}

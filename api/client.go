@@ -482,6 +482,51 @@ func (c *Client) ReservationsCreate(ctx context.Context, in ReservationsCreateIn
 
 // ReservationsGet calls reservations.get.
 func (c *Client) ReservationsGet(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
+	return c.reservationCall(ctx, "reservations.get", tenantID, reservationID)
+}
+
+// ReservationsListInput is reservations.list's input: scope mine (the
+// default) or all, and optional filters.
+type ReservationsListInput struct {
+	TenantID  string `json:"tenantId"`
+	Scope     string `json:"scope,omitempty"`
+	State     string `json:"state,omitempty"`
+	PoolID    string `json:"poolId,omitempty"`
+	ProjectID string `json:"projectId,omitempty"`
+}
+
+// ReservationsList calls reservations.list: newest first, at most 500.
+func (c *Client) ReservationsList(ctx context.Context, in ReservationsListInput) (ReservationList, error) {
+	var out ReservationList
+	return out, c.Call(ctx, "reservations.list", in, &out)
+}
+
+// ReservationsRelease calls reservations.release and answers the
+// reservation once its workflow has released it.
+func (c *Client) ReservationsRelease(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
+	return c.reservationCall(ctx, "reservations.release", tenantID, reservationID)
+}
+
+// ReservationsCancel calls reservations.cancel (before it is active).
+func (c *Client) ReservationsCancel(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
+	return c.reservationCall(ctx, "reservations.cancel", tenantID, reservationID)
+}
+
+// ReservationsRenew calls reservations.renew; the answer's LeaseExpiresAt is
+// the new deadline.
+func (c *Client) ReservationsRenew(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
+	return c.reservationCall(ctx, "reservations.renew", tenantID, reservationID)
+}
+
+// ReservationsExtend calls reservations.extend: durationSeconds is the new
+// total duration from the reservation's start.
+func (c *Client) ReservationsExtend(ctx context.Context, tenantID, reservationID string, durationSeconds int64) (Reservation, error) {
 	var out Reservation
-	return out, c.Call(ctx, "reservations.get", map[string]string{"tenantId": tenantID, "reservationId": reservationID}, &out)
+	return out, c.Call(ctx, "reservations.extend", map[string]any{"tenantId": tenantID, "reservationId": reservationID,
+		"duration": durationSeconds}, &out)
+}
+
+func (c *Client) reservationCall(ctx context.Context, method, tenantID, reservationID string) (Reservation, error) {
+	var out Reservation
+	return out, c.Call(ctx, method, map[string]string{"tenantId": tenantID, "reservationId": reservationID}, &out)
 }

@@ -59,7 +59,8 @@ func (c *Call) request(r iam.Resource) iam.Request {
 	return iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: r, RequestID: c.Cred.RequestID}
 }
 
-// handler serves one method. Exactly one of its functions is set.
+// handler serves one method. Exactly one of direct, run, list and admission
+// is set.
 type handler struct {
 	// direct runs with no transaction (system methods).
 	direct func(ctx context.Context, c *Call) (any, error)
@@ -74,6 +75,9 @@ type handler struct {
 	// the resource it was decided on, so the next decision (an offer's
 	// receiving tenant listing the pool, say) does not wait for the tail.
 	refresh bool
+	// after, optional with run, finishes a mutation once its transaction
+	// has committed, outside it (a workflow update), and answers the call.
+	after func(ctx context.Context, c *Call, out any) (any, error)
 }
 
 // page is what a list handler read: its items, each with the resource it is
@@ -169,6 +173,9 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 		})
 		if err == nil && h.refresh {
 			s.refreshAfterCommit(ctx, c)
+		}
+		if err == nil && h.after != nil {
+			return h.after(ctx, c, out)
 		}
 		return out, err
 	default:

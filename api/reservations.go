@@ -5,13 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
@@ -49,29 +47,33 @@ import (
 // rolls back with the error, the mark is its own transaction, run once
 // transaction 2 has let its connection go (the admission's failed hook).
 //
-// Only this file changes a reservation's state, always through
-// core/reservations.Transition (setState).
+// A reservation's state changes only through store.SetReservationState,
+// which checks the edge with core/reservations.Transition and publishes the
+// change as an event in the same transaction.
 
 const maxPlaceAttempts = 16
 
 // Reservation is a reservation as reservations.create and .get answer it.
 type Reservation struct {
-	ID              string                  `json:"id"`
-	TenantID        string                  `json:"tenantId"`
-	OwnerIdentityID string                  `json:"ownerIdentityId"`
-	PoolID          string                  `json:"poolId"`
-	ProjectID       string                  `json:"projectId,omitempty"`
-	State           string                  `json:"state"`
-	Devices         placement.Request       `json:"devices"`
-	Start           int64                   `json:"start"` // epoch ms
-	End             int64                   `json:"end"`   // epoch ms, exclusive
-	Binding         string                  `json:"binding"`
-	LeaseSeconds    *int64                  `json:"leaseSeconds,omitempty"`
-	Spot            bool                    `json:"spot"`
-	Failure         json.RawMessage         `json:"failure,omitempty"`
-	Allocations     []ReservationAllocation `json:"allocations"`
-	CreatedAt       int64                   `json:"createdAt"`
-	UpdatedAt       int64                   `json:"updatedAt"`
+	ID              string            `json:"id"`
+	TenantID        string            `json:"tenantId"`
+	OwnerIdentityID string            `json:"ownerIdentityId"`
+	PoolID          string            `json:"poolId"`
+	ProjectID       string            `json:"projectId,omitempty"`
+	State           string            `json:"state"`
+	Devices         placement.Request `json:"devices"`
+	Start           int64             `json:"start"` // epoch ms
+	End             int64             `json:"end"`   // epoch ms, exclusive
+	Binding         string            `json:"binding"`
+	LeaseSeconds    *int64            `json:"leaseSeconds,omitempty"`
+	// LeaseExpiresAt is when the allocation lease lapses unless renewed
+	// (epoch ms), as of the activation or the last renewal.
+	LeaseExpiresAt *int64                  `json:"leaseExpiresAt,omitempty"`
+	Spot           bool                    `json:"spot"`
+	Failure        json.RawMessage         `json:"failure,omitempty"`
+	Allocations    []ReservationAllocation `json:"allocations"`
+	CreatedAt      int64                   `json:"createdAt"`
+	UpdatedAt      int64                   `json:"updatedAt"`
 }
 
 // ReservationAllocation is one node's share of a reservation.
@@ -171,20 +173,28 @@ func (s *Server) reservationsPrepare(ctx context.Context, c *Call, tx store.Tx, 
 		start, end, in.Binding, in.LeaseSeconds, in.Spot); err != nil {
 		return iam.Resource{}, err
 	}
-	attrs := map[string]any{"region": pool.Region, "gpuModel": pool.GPUModel,
-		"durationHours": (in.Duration + 3599) / 3600, "binding": in.Binding, "spot": in.Spot}
-	if gpuClasses[req.Class] {
-		attrs["gpuCount"] = req.Count
-	}
-	if in.ProjectID != "" {
-		attrs["projectId"] = in.ProjectID
-	}
-	row := store.AuthzResource{Type: s.catalog.FullName("reservation"), ID: draftID, TenantID: c.TenantID,
-		OwnerID: c.Caller.IdentityID, ParentType: s.catalog.FullName("pool"), ParentID: pool.ID, Attributes: attrs}
+	row := s.reservationAuthzRow(c.TenantID, draftID, c.Caller.IdentityID, pool, req, in.Duration, in.Binding, in.ProjectID, in.Spot)
 	if err := store.PutAuthzResource(ctx, tx, row); err != nil {
 		return iam.Resource{}, err
 	}
 	return iam.Resource{Type: row.Type, ID: row.ID}, nil
+}
+
+// reservationAuthzRow is a reservation's authorization row: parent its pool,
+// owner its creator, and the attributes policies decide on, durationHours
+// rounded up from durationSeconds.
+func (s *Server) reservationAuthzRow(tenantID, id, ownerID string, pool Pool, req placement.Request,
+	durationSeconds int64, binding, projectID string, spot bool) store.AuthzResource {
+	attrs := map[string]any{"region": pool.Region, "gpuModel": pool.GPUModel,
+		"durationHours": (durationSeconds + 3599) / 3600, "binding": binding, "spot": spot}
+	if gpuClasses[req.Class] {
+		attrs["gpuCount"] = req.Count
+	}
+	if projectID != "" {
+		attrs["projectId"] = projectID
+	}
+	return store.AuthzResource{Type: s.catalog.FullName("reservation"), ID: id, TenantID: tenantID,
+		OwnerID: ownerID, ParentType: s.catalog.FullName("pool"), ParentID: pool.ID, Attributes: attrs}
 }
 
 func (s *Server) reservationsDenied(ctx context.Context, c *Call, tx store.Tx) error {
@@ -195,7 +205,7 @@ func (s *Server) reservationsDenied(ctx context.Context, c *Call, tx store.Tx) e
 	if r.State != string(reservations.Draft) {
 		return nil
 	}
-	return setState(ctx, tx, r.ID, reservations.Draft, reservations.Denied, nil)
+	return store.SetReservationState(ctx, tx, r.TenantID, r.ID, reservations.Draft, reservations.Denied, nil)
 }
 
 func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx) (any, error) {
@@ -206,32 +216,17 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 	if r.State == string(reservations.Failed) && r.Failure != nil {
 		return nil, failureError(r)
 	}
-	if err := setState(ctx, tx, r.ID, reservations.State(r.State), reservations.Pending, nil); err != nil {
+	if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, reservations.State(r.State), reservations.Pending, nil); err != nil {
 		return nil, err
 	}
 	pool, err := s.viewPool(ctx, tx, c.TenantID, r.PoolID)
 	if err != nil {
 		return nil, err
 	}
-	req := r.Devices
-	if pool.TenantID != c.TenantID && pool.Offer != nil {
-		// One quota check at a time per (tenant, pool), so two requests
-		// cannot both fit under the same headroom.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "quota:"+c.TenantID+":"+pool.ID); err != nil {
-			return nil, err
-		}
-		limit := pool.Offer.Quota[req.Class]
-		var inUse int64
-		if err := tx.QueryRow(ctx, previewInUse, c.TenantID, pool.ID, req.Class, r.Start, r.End).Scan(&inUse); err != nil {
-			return nil, err
-		}
-		if inUse+int64(req.Count) > limit {
-			err := core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",
-				inUse, req.Class, req.Count, limit).
-				WithDetails(map[string]any{"resource": req.Class, "limit": limit, "inUse": inUse, "requested": req.Count, "reservationId": r.ID})
-			return nil, err
-		}
+	if err := checkOfferQuota(ctx, tx, c.TenantID, pool, r, r.Start, r.End); err != nil {
+		return nil, err
 	}
+	req := r.Devices
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
 		nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End)
 		if err != nil {
@@ -259,7 +254,7 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 		if err := sp.Commit(ctx); err != nil {
 			return nil, err
 		}
-		if err := setState(ctx, tx, r.ID, reservations.Pending, reservations.Placed, nil); err != nil {
+		if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, reservations.Pending, reservations.Placed, nil); err != nil {
 			return nil, err
 		}
 		return loadReservation(ctx, tx, c.TenantID, r.ID, false)
@@ -309,7 +304,7 @@ func (s *Server) reservationsFailed(ctx context.Context, c *Call, tx store.Tx, c
 	}
 	from := reservations.State(r.State)
 	if from == reservations.Draft {
-		if err := setState(ctx, tx, r.ID, from, reservations.Pending, nil); err != nil {
+		if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, from, reservations.Pending, nil); err != nil {
 			return err
 		}
 		from = reservations.Pending
@@ -317,23 +312,7 @@ func (s *Server) reservationsFailed(ctx context.Context, c *Call, tx store.Tx, c
 	if from != reservations.Pending {
 		return nil // placed by a retry meanwhile, or already failed
 	}
-	return setState(ctx, tx, r.ID, from, reservations.Failed, failure)
-}
-
-// setState is the one writer of reservations.state.
-func setState(ctx context.Context, tx store.Tx, id string, from, to reservations.State, failure json.RawMessage) error {
-	if err := reservations.Transition(from, to); err != nil {
-		return err
-	}
-	tag, err := tx.Exec(ctx, `UPDATE reservations SET state = $3, failure = COALESCE($4, failure), updated_at = now()
-		WHERE id = $1 AND state = $2`, id, string(from), string(to), failure)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() != 1 {
-		return core.Errorf(core.CodeConflict, "reservation %s is no longer %s", id, from)
-	}
-	return nil
+	return store.SetReservationState(ctx, tx, r.TenantID, r.ID, from, reservations.Failed, failure)
 }
 
 // book inserts the plan's allocations and their bookings. Allocations come
@@ -365,52 +344,68 @@ func pgState(err error) string {
 	return ""
 }
 
+// reservationColumns are what scanReservation reads, from reservations r.
+const reservationColumns = `r.id, r.tenant_id, r.owner_identity_id, r.pool_id, r.project_id, r.state, r.devices,
+	(extract(epoch FROM r.starts_at) * 1000)::bigint, (extract(epoch FROM r.ends_at) * 1000)::bigint,
+	r.binding, r.lease_seconds, (extract(epoch FROM r.lease_expires_at) * 1000)::bigint, r.spot, r.failure,
+	(extract(epoch FROM r.created_at) * 1000)::bigint, (extract(epoch FROM r.updated_at) * 1000)::bigint`
+
+func scanReservation(row pgx.Row) (Reservation, error) {
+	var r Reservation
+	var failure []byte
+	err := row.Scan(&r.ID, &r.TenantID, &r.OwnerIdentityID, &r.PoolID, &r.ProjectID, &r.State, &r.Devices, &r.Start, &r.End,
+		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.CreatedAt, &r.UpdatedAt)
+	if failure != nil {
+		r.Failure = failure
+	}
+	r.Allocations = []ReservationAllocation{}
+	return r, err
+}
+
 // loadReservation reads one of the tenant's reservations with its
 // allocations (NOT_FOUND for another tenant's); lock locks the row.
 func loadReservation(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Reservation, error) {
-	q := `SELECT id, tenant_id, owner_identity_id, pool_id, project_id, state, devices,
-			(extract(epoch FROM starts_at) * 1000)::bigint, (extract(epoch FROM ends_at) * 1000)::bigint,
-			binding, lease_seconds, spot, failure,
-			(extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint
-		FROM reservations WHERE id = $1 AND tenant_id = $2`
+	q := `SELECT ` + reservationColumns + ` FROM reservations r WHERE r.id = $1 AND r.tenant_id = $2`
 	if lock {
 		q += ` FOR UPDATE`
 	}
-	var r Reservation
-	var failure []byte
-	err := tx.QueryRow(ctx, q, id, tenantID).Scan(&r.ID, &r.TenantID, &r.OwnerIdentityID, &r.PoolID, &r.ProjectID, &r.State,
-		&r.Devices, &r.Start, &r.End, &r.Binding, &r.LeaseSeconds, &r.Spot, &failure, &r.CreatedAt, &r.UpdatedAt)
+	r, err := scanReservation(tx.QueryRow(ctx, q, id, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, core.Errorf(core.CodeNotFound, "reservation %s not found", id)
 	}
 	if err != nil {
 		return r, err
 	}
-	if failure != nil {
-		r.Failure = failure
-	}
-	rows, err := tx.Query(ctx, `SELECT id, node_id, atoms FROM allocations WHERE reservation_id = $1 ORDER BY node_id, id`, id)
-	if err != nil {
-		return r, err
-	}
-	r.Allocations, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReservationAllocation, error) {
-		var a ReservationAllocation
-		return a, row.Scan(&a.ID, &a.NodeID, &a.Atoms)
-	})
-	if r.Allocations == nil {
-		r.Allocations = []ReservationAllocation{}
-	}
-	return r, err
+	list := []Reservation{r}
+	err = withAllocations(ctx, tx, list)
+	return list[0], err
 }
 
-// reservationsStarted starts the reservation's workflow (id = the
-// reservation id) once it is placed. It is idempotent: an existing run is
-// used, and a finished one is not started again. Without a Temporal client
-// (tests of the API alone) nothing drives reservations.
-func (s *Server) reservationsStarted(ctx context.Context, c *Call) error {
-	if s.deps.Temporal == nil {
-		return nil
+// withAllocations fills in the reservations' allocations with one query.
+func withAllocations(ctx context.Context, tx store.Tx, list []Reservation) error {
+	ids := make([]string, len(list))
+	at := make(map[string]int, len(list))
+	for i, r := range list {
+		ids[i], at[r.ID] = r.ID, i
 	}
+	rows, err := tx.Query(ctx, `SELECT reservation_id, id, node_id, atoms FROM allocations
+		WHERE reservation_id = ANY($1) ORDER BY reservation_id, node_id, id`, ids)
+	if err != nil {
+		return err
+	}
+	var rid string
+	var a ReservationAllocation
+	_, err = pgx.ForEachRow(rows, []any{&rid, &a.ID, &a.NodeID, &a.Atoms}, func() error {
+		r := &list[at[rid]]
+		r.Allocations = append(r.Allocations, ReservationAllocation{ID: a.ID, NodeID: a.NodeID, Atoms: slices.Clone(a.Atoms)})
+		return nil
+	})
+	return err
+}
+
+// reservationsStarted starts the reservation's workflow once it is placed
+// (the admission's started hook, run after the commit and on every replay).
+func (s *Server) reservationsStarted(ctx context.Context, c *Call) error {
 	var r Reservation
 	err := s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
 		r, err = loadReservation(ctx, tx, c.TenantID, c.Resource.ID, false)
@@ -419,24 +414,36 @@ func (s *Server) reservationsStarted(ctx context.Context, c *Call) error {
 	if err != nil {
 		return err
 	}
+	return s.ensureReservationWorkflow(ctx, r)
+}
+
+// ensureReservationWorkflow starts a live reservation's workflow unless it
+// runs or ran, and records the start (the reconciler starts those whose
+// start was never recorded). Without a Temporal client (tests of the API
+// alone) nothing drives reservations.
+func (s *Server) ensureReservationWorkflow(ctx context.Context, r Reservation) error {
+	if s.deps.Temporal == nil {
+		return nil
+	}
+	var active bool
 	switch reservations.State(r.State) {
-	case reservations.Placed, reservations.Binding, reservations.Active:
+	case reservations.Placed, reservations.Binding:
+	case reservations.Active, reservations.Expired, reservations.Releasing:
+		active = true
 	default:
 		return nil
 	}
-	params := workflows.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, Start: r.Start, End: r.End}
+	p := workflows.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, Start: r.Start, End: r.End, Active: active}
 	if r.LeaseSeconds != nil {
-		params.LeaseSeconds = *r.LeaseSeconds
+		p.LeaseSeconds = *r.LeaseSeconds
 	}
-	_, err = s.deps.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       r.ID,
-		TaskQueue:                s.deps.TaskQueue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.ReservationWorkflowName, params)
-	var done *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &done) {
-		return nil // it ran and finished: nothing to start
+	if r.LeaseExpiresAt != nil {
+		p.LeaseDeadline = *r.LeaseExpiresAt
 	}
-	return err
+	if err := workflows.StartReservation(ctx, s.deps.Temporal, s.deps.TaskQueue, p); err != nil {
+		return err
+	}
+	return s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		return store.MarkReservationWorkflowStarted(ctx, tx, r.ID)
+	})
 }

@@ -60,10 +60,16 @@ func (s *Server) registerHandlers() map[string]handler {
 		"capacity.timeline": {run: s.capacityTimeline},
 		"capacity.preview":  {run: s.capacityPreview},
 
-		// The rest of reservations (list, release, cancel, extend, renew)
-		// comes with the lifecycle's workflow.
-		"reservations.create": {admission: s.reservationsAdmission()},
-		"reservations.get":    {run: s.reservationsGet},
+		"reservations.create":  {admission: s.reservationsAdmission()},
+		"reservations.get":     {run: s.reservationsGet},
+		"reservations.list":    {list: s.reservationsList},
+		"reservations.release": {run: s.reservationsRelease, after: s.afterRelease},
+		"reservations.cancel":  {run: s.reservationsCancel, after: s.afterCancel},
+		"reservations.renew":   {run: s.reservationsRenew, after: s.afterRenew},
+		"reservations.extend":  {admission: s.reservationsExtendAdmission()},
+
+		"events.list": {run: s.eventsList},
+		"usage.list":  {run: s.usageList},
 	}
 }
 

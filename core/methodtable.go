@@ -586,6 +586,10 @@ var (
 		"deploying", "deployed", "releasing", "rescue", "failed", "retiring", "retired"}
 )
 
+// reservationStates are core/reservations.States, which core cannot import.
+var reservationStates = []string{"draft", "denied", "awaiting-confirmation", "pending", "placed", "binding",
+	"active", "releasing", "released", "failed", "cancelled", "expired"}
+
 func optional(f Field) Field { f.Required = false; return f }
 
 func nullable(f Field) Field { f.Nullable = true; return f }
@@ -678,6 +682,27 @@ var explicitSchemas = map[string][]Field{
 		{Name: "leaseSeconds", Type: FieldInteger}, IDField("projectId", "prj", false),
 		{Name: "spot", Type: FieldBoolean}},
 	"reservations.get": {TenantIDField(), IDField("reservationId", "rsv", true)},
+	"reservations.list": {TenantIDField(), {Name: "scope", Type: FieldString, Enum: []string{"mine", "all"}},
+		{Name: "state", Type: FieldString, Enum: reservationStates}, IDField("poolId", "pool", false),
+		IDField("projectId", "prj", false)},
+	"reservations.release": {TenantIDField(), IDField("reservationId", "rsv", true)},
+	"reservations.cancel":  {TenantIDField(), IDField("reservationId", "rsv", true)},
+	"reservations.renew":   {TenantIDField(), IDField("reservationId", "rsv", true)},
+	// extend's duration is the new total, in seconds from the start (so a
+	// retry asks for the same end), checked by the handler like create's.
+	"reservations.extend": {TenantIDField(), IDField("reservationId", "rsv", true),
+		{Name: "duration", Type: FieldInteger, Required: true}},
+
+	// Events and usage. after is a seq cursor (at least 0), types at most
+	// 32 exact event types, limit in [1, 500]; usage's from and to are epoch
+	// milliseconds, to > from and at most 366 days apart. The handlers check
+	// the ranges.
+	"events.list": {TenantIDField(), {Name: "after", Type: FieldInteger},
+		{Name: "types", Type: FieldArray, MaxBytes: 8 << 10},
+		{Name: "resourceId", Type: FieldString, MinLength: 1, MaxLength: 200}, listLimit},
+	"usage.list": {TenantIDField(), {Name: "from", Type: FieldInteger, Required: true},
+		{Name: "to", Type: FieldInteger, Required: true}, IDField("projectId", "prj", false),
+		{Name: "groupBy", Type: FieldString, Enum: []string{"tenant", "project", "reservation"}}},
 
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},

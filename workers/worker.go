@@ -1,8 +1,13 @@
 package workers
 
 import (
+	"context"
+	"errors"
+	"fmt"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -23,9 +28,34 @@ func NewControlPlane(c client.Client, deps Deps) worker.Worker {
 	w.RegisterWorkflowWithOptions(workflows.HealthCheck, workflow.RegisterOptions{Name: "HealthCheck"})
 	w.RegisterActivityWithOptions((&activities.Health{Store: deps.Store}).HealthEcho, activity.RegisterOptions{Name: "HealthEcho"})
 	w.RegisterWorkflowWithOptions(workflows.ReservationWorkflow, workflow.RegisterOptions{Name: workflows.ReservationWorkflowName})
-	res := &activities.Reservations{Store: deps.Store}
+	res := &activities.Reservations{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue}
 	w.RegisterActivityWithOptions(res.MarkActive, activity.RegisterOptions{Name: workflows.ActivityMarkActive})
 	w.RegisterActivityWithOptions(res.Expire, activity.RegisterOptions{Name: workflows.ActivityExpire})
 	w.RegisterActivityWithOptions(res.Release, activity.RegisterOptions{Name: workflows.ActivityRelease})
+	w.RegisterWorkflowWithOptions(workflows.ReconcileReservationsWorkflow,
+		workflow.RegisterOptions{Name: workflows.ReconcileReservationsWorkflowName})
+	w.RegisterActivityWithOptions(res.Reconcile, activity.RegisterOptions{Name: workflows.ActivityReconcile})
 	return w
+}
+
+// EnsureSchedules creates the control plane's Temporal schedules unless they
+// exist: the reservations reconciler. Every worker calls it at start; the
+// schedule's id makes it one per namespace however many workers run.
+func EnsureSchedules(ctx context.Context, c client.Client) error {
+	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:   workflows.ReconcileReservationsScheduleID,
+		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: workflows.ReconcileInterval}}},
+		Action: &client.ScheduleWorkflowAction{
+			ID:        workflows.ReconcileReservationsScheduleID,
+			Workflow:  workflows.ReconcileReservationsWorkflowName,
+			TaskQueue: ControlPlaneQueue,
+		},
+	})
+	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create schedule %s: %w", workflows.ReconcileReservationsScheduleID, err)
+	}
+	return nil
 }

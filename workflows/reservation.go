@@ -20,6 +20,12 @@ const (
 	// UpdateRelease releases an active reservation; it returns once the
 	// reservation is released.
 	UpdateRelease = "release"
+	// UpdateExtend moves the reservation's end (epoch ms) later, once the
+	// API has booked the extra time; it returns the new end.
+	UpdateExtend = "extend"
+	// SignalCancel tells the workflow of a reservation the API cancelled
+	// before it became active, so it stops waiting for the start.
+	SignalCancel = "cancel"
 
 	ActivityMarkActive = "ReservationMarkActive"
 	ActivityExpire     = "ReservationExpire"
@@ -46,7 +52,7 @@ type ReservationParams struct {
 }
 
 // ReservationResult is how the workflow ended: the reservation's final
-// state and why ("end", "release" or "lease").
+// state and why ("end", "release", "lease" or "cancel").
 type ReservationResult struct {
 	State  string
 	Reason string
@@ -57,11 +63,16 @@ type ReservationResult struct {
 // activates the reservation (placed -> binding -> active), then waits for
 // the first of: End (expired, then released), a release update (released)
 // or, with a lease, a period passing without a renew update (released).
-// Every state change is an activity writing PostgreSQL; the workflow only
+// Every state change is an activity writing PostgreSQL, which stays the
+// truth: an extension the workflow missed is found by the expiry activity
+// (the row's end has moved), and a cancellation it missed by the
+// activation activity (the row is cancelled). The workflow only
 // orchestrates.
 func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (ReservationResult, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
+		// Each activity is one short transaction; a worker that dies in one
+		// has it retried on another worker after this long.
+		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
 	})
 	state := "placed"
@@ -69,7 +80,8 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 		state = "active"
 	}
 	releaseRequested := false
-	renewed := false
+	cancelled := false
+	changed := false // a renew or an extend moved a deadline
 	renewals := 0
 	var finished bool
 	var finishErr error
@@ -79,7 +91,7 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 		func(ctx workflow.Context) (int64, error) {
 			p.LeaseDeadline = workflow.Now(ctx).UnixMilli() + leaseMs
 			renewals++
-			renewed = true
+			changed = true
 			return p.LeaseDeadline, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error {
@@ -111,6 +123,28 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 	); err != nil {
 		return ReservationResult{}, err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateExtend,
+		func(ctx workflow.Context, end int64) (int64, error) {
+			p.End = end
+			changed = true
+			return p.End, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, end int64) error {
+			if finished || releaseRequested || cancelled {
+				return invalidState(fmt.Sprintf("reservation %s is ending", p.ReservationID))
+			}
+			if end <= p.End {
+				return invalidState(fmt.Sprintf("reservation %s already ends at %d", p.ReservationID, p.End))
+			}
+			return nil
+		}},
+	); err != nil {
+		return ReservationResult{}, err
+	}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		workflow.GetSignalChannel(ctx, SignalCancel).Receive(ctx, nil)
+		cancelled = true
+	})
 
 	finish := func(activity, final, reason string) (ReservationResult, error) {
 		finishErr = workflow.ExecuteActivity(ctx, activity, p.TenantID, p.ReservationID).Get(ctx, nil)
@@ -127,12 +161,19 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 
 	if !p.Active {
 		if wait := time.Duration(p.Start-workflow.Now(ctx).UnixMilli()) * time.Millisecond; wait > 0 {
-			if err := workflow.Sleep(ctx, wait); err != nil {
+			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return cancelled }); err != nil {
 				return ReservationResult{}, err
 			}
 		}
-		if err := workflow.ExecuteActivity(ctx, ActivityMarkActive, p.TenantID, p.ReservationID).Get(ctx, nil); err != nil {
+		if cancelled {
+			return ReservationResult{State: "cancelled", Reason: "cancel"}, nil
+		}
+		var became string
+		if err := workflow.ExecuteActivity(ctx, ActivityMarkActive, p.TenantID, p.ReservationID).Get(ctx, &became); err != nil {
 			return ReservationResult{State: state}, err
+		}
+		if became != "active" { // cancelled meanwhile; the signal may still be on its way
+			return ReservationResult{State: became, Reason: "cancel"}, nil
 		}
 		state = "active"
 		p.Active = true
@@ -147,7 +188,26 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 		}
 		now := workflow.Now(ctx).UnixMilli()
 		if now >= p.End {
-			return finish(ActivityExpire, "released", "end")
+			var end ExpireResult
+			if err := workflow.ExecuteActivity(ctx, ActivityExpire, p.TenantID, p.ReservationID).Get(ctx, &end); err != nil {
+				finishErr, finished = err, true
+				return ReservationResult{State: state}, err
+			}
+			if end.Released {
+				state, finished = "released", true
+				if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+					return ReservationResult{}, err
+				}
+				return ReservationResult{State: state, Reason: "end"}, nil
+			}
+			p.End = end.End // extended, and the update did not reach this run
+			if p.End <= now {
+				// The database's clock is behind this workflow's: wait for it.
+				if err := workflow.Sleep(ctx, time.Second); err != nil {
+					return ReservationResult{}, err
+				}
+			}
+			continue
 		}
 		if leaseMs > 0 && now >= p.LeaseDeadline {
 			return finish(ActivityRelease, "released", "lease")
@@ -162,12 +222,20 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 		if leaseMs > 0 && p.LeaseDeadline-now < wait {
 			wait = p.LeaseDeadline - now
 		}
-		renewed = false
+		changed = false
 		if _, err := workflow.AwaitWithTimeout(ctx, time.Duration(wait)*time.Millisecond,
-			func() bool { return releaseRequested || renewed }); err != nil {
+			func() bool { return releaseRequested || changed }); err != nil {
 			return ReservationResult{}, err
 		}
 	}
+}
+
+// ExpireResult is what the expiry activity found: Released when the
+// reservation ran past its end and is now released, otherwise the row's
+// (extended) End, epoch ms.
+type ExpireResult struct {
+	Released bool
+	End      int64
 }
 
 func invalidState(msg string) error {

@@ -15,25 +15,44 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // recorder stands in for activities.Reservations and records the calls in
-// order, with the workflow clock at each.
+// order, with the workflow clock at each. activation is what MarkActive
+// answers ("active" by default); extendedTo, when set, is the end the first
+// Expire finds on the row (an extension the workflow missed).
 type recorder struct {
-	env   *testsuite.TestWorkflowEnvironment
-	calls []string
-	at    []time.Time
+	env        *testsuite.TestWorkflowEnvironment
+	calls      []string
+	at         []time.Time
+	activation string
+	extendedTo int64
+}
+
+func (r *recorder) record(name, tenantID, id string) error {
+	if tenantID != "t_1" || id != "res_1" {
+		return errors.New("wrong reservation")
+	}
+	r.calls = append(r.calls, name)
+	r.at = append(r.at, r.env.Now())
+	return nil
 }
 
 func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
 	r.env = env
-	for _, name := range []string{ActivityMarkActive, ActivityExpire, ActivityRelease} {
-		env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) error {
-			if tenantID != "t_1" || id != "res_1" {
-				return errors.New("wrong reservation")
-			}
-			r.calls = append(r.calls, name)
-			r.at = append(r.at, env.Now())
-			return nil
-		}, activity.RegisterOptions{Name: name})
-	}
+	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) (string, error) {
+		if r.activation == "" {
+			r.activation = "active"
+		}
+		return r.activation, r.record(ActivityMarkActive, tenantID, id)
+	}, activity.RegisterOptions{Name: ActivityMarkActive})
+	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) (ExpireResult, error) {
+		if end := r.extendedTo; end > 0 {
+			r.extendedTo = 0
+			return ExpireResult{End: end}, r.record(ActivityExpire+"(not yet)", tenantID, id)
+		}
+		return ExpireResult{Released: true}, r.record(ActivityExpire, tenantID, id)
+	}, activity.RegisterOptions{Name: ActivityExpire})
+	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) error {
+		return r.record(ActivityRelease, tenantID, id)
+	}, activity.RegisterOptions{Name: ActivityRelease})
 }
 
 func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *recorder) {
@@ -65,14 +84,14 @@ func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) ReservationRes
 	return res
 }
 
-func update(env *testsuite.TestWorkflowEnvironment, name, id string) (accepted, rejected *bool, outcome *error) {
+func update(env *testsuite.TestWorkflowEnvironment, name, id string, args ...any) (accepted, rejected *bool, outcome *error) {
 	a, r := false, false
 	var out error
 	env.UpdateWorkflow(name, id, &testsuite.TestUpdateCallback{
 		OnAccept:   func() { a = true },
 		OnReject:   func(err error) { r = true; out = err },
 		OnComplete: func(_ any, err error) { out = err },
-	})
+	}, args...)
 	return &a, &r, &out
 }
 
@@ -189,6 +208,67 @@ func TestReservationContinuesAsNewAfterManyRenewals(t *testing.T) {
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("workflow error = %v, want continue-as-new", err)
+	}
+	wantCalls(t, r, ActivityMarkActive)
+}
+
+func TestReservationExtendUpdateMovesTheEnd(t *testing.T) {
+	env, r := newEnv(t)
+	var shorter, longer *bool
+	var out *error
+	env.RegisterDelayedCallback(func() {
+		_, shorter, _ = update(env, UpdateExtend, "shorter", t0.Add(4*time.Hour).UnixMilli())
+		_, longer, out = update(env, UpdateExtend, "longer", t0.Add(8*time.Hour).UnixMilli())
+	}, 2*time.Hour)
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	res := result(t, env)
+	if res.State != "released" || res.Reason != "end" {
+		t.Fatalf("result = %+v", res)
+	}
+	if !*shorter {
+		t.Fatal("an extension to an earlier end was accepted")
+	}
+	if *longer || *out != nil {
+		t.Fatalf("extension rejected %v, %v", *longer, *out)
+	}
+	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+	if got := r.at[1]; !got.Equal(t0.Add(8 * time.Hour)) {
+		t.Fatalf("expired at %v, want the extended end", got)
+	}
+}
+
+func TestReservationMissedExtensionIsFoundAtTheOldEnd(t *testing.T) {
+	env, r := newEnv(t)
+	r.extendedTo = t0.Add(7 * time.Hour).UnixMilli()
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	res := result(t, env)
+	if res.State != "released" || res.Reason != "end" {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r, ActivityMarkActive, ActivityExpire+"(not yet)", ActivityExpire)
+	if !r.at[1].Equal(t0.Add(5*time.Hour)) || !r.at[2].Equal(t0.Add(7*time.Hour)) {
+		t.Fatalf("expiry checked at %v, then %v; want the old end, then the row's", r.at[1], r.at[2])
+	}
+}
+
+func TestReservationCancelledBeforeItsStart(t *testing.T) {
+	env, r := newEnv(t)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalCancel, nil) }, 30*time.Minute)
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	res := result(t, env)
+	if res.State != "cancelled" || res.Reason != "cancel" {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r)
+}
+
+func TestReservationCancelledWhileActivating(t *testing.T) {
+	env, r := newEnv(t)
+	r.activation = "cancelled" // the API cancelled it; the signal is lost
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	res := result(t, env)
+	if res.State != "cancelled" {
+		t.Fatalf("result = %+v", res)
 	}
 	wantCalls(t, r, ActivityMarkActive)
 }

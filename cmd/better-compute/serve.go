@@ -105,6 +105,10 @@ func workerCmd() *cobra.Command {
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
+			if err := workers.EnsureSchedules(cmd.Context(), b.temporal); err != nil {
+				w.Stop()
+				return err
+			}
 			b.logger.Info("worker running", "taskQueue", workers.ControlPlaneQueue)
 			<-cmd.Context().Done()
 			w.Stop()

@@ -147,6 +147,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err = s.worker.Start(); err != nil {
 		return s, fmt.Errorf("worker: %w", err)
 	}
+	if err = workers.EnsureSchedules(ctx, s.client); err != nil {
+		return s, err
+	}
 
 	if s.cp, err = controlplane.New(ctx, controlplane.Config{
 		Store: s.store, Temporal: s.client, TaskQueue: workers.ControlPlaneQueue, Logger: log,

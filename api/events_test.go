@@ -1,0 +1,155 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/store"
+)
+
+// publishEvents writes events straight to the outbox, one transaction each.
+func (e *env) publishEvents(events ...store.Event) {
+	e.t.Helper()
+	ctx := context.Background()
+	for _, ev := range events {
+		if err := e.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return store.PublishEvent(ctx, tx, ev) }); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func reservationEvent(tenant, rsv, project, from, to string) store.Event {
+	return store.Event{TenantID: tenant, Type: "reservation." + to, ResourceType: "reservation", ResourceID: rsv,
+		ProjectID: project, Data: map[string]any{"from": from, "to": to, "poolId": "pool_1"}}
+}
+
+func TestEventsList(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, g := e.client(e.boot.UserToken), e.client(e.globex)
+	e.publishEvents(
+		reservationEvent("acme", "rsv_a", "prj_1", "draft", "pending"),
+		reservationEvent("globex", "rsv_g", "", "draft", "pending"),
+		reservationEvent("acme", "rsv_a", "prj_1", "pending", "placed"),
+		reservationEvent("acme", "rsv_b", "", "draft", "pending"),
+		reservationEvent("acme", "rsv_a", "prj_1", "placed", "binding"),
+		reservationEvent("globex", "rsv_g", "", "pending", "placed"),
+		reservationEvent("acme", "rsv_a", "prj_1", "binding", "active"),
+	)
+	all, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Items) != 5 || all.Next != all.Items[4].Seq {
+		t.Fatalf("acme's events = %+v", all)
+	}
+	first := all.Items[0]
+	if !core.ValidID("evt", first.ID) || first.Type != "reservation.pending" || first.ResourceType != "reservation" ||
+		first.ResourceID != "rsv_a" || first.ProjectID != "prj_1" || first.Data["from"] != "draft" || first.Data["poolId"] != "pool_1" ||
+		first.CreatedAt <= 0 {
+		t.Fatalf("first event = %+v", first)
+	}
+	for i, it := range all.Items {
+		if strings.HasPrefix(it.ResourceID, "rsv_g") || (i > 0 && it.Seq <= all.Items[i-1].Seq) {
+			t.Fatalf("acme's list: item %d = %+v (another tenant's, or out of order)", i, it)
+		}
+	}
+	// The project is left out when there is none.
+	if _, body := e.call(e.boot.UserToken, "events.list", `{"tenantId":"acme","resourceId":"rsv_b"}`); strings.Contains(body, "projectId") {
+		t.Fatalf("an event without a project names one: %s", body)
+	}
+
+	// Globex sees its own, and may not ask for acme's; acme's stranger has no policy.
+	if own, err := g.EventsList(ctx, api.EventsListInput{TenantID: "globex"}); err != nil || len(own.Items) != 2 || own.Items[0].ResourceID != "rsv_g" {
+		t.Fatalf("globex's events = %+v, %v", own, err)
+	}
+	if _, err := g.EventsList(ctx, api.EventsListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
+		t.Fatalf("globex listing acme's events = %v, want ACCESS_DENIED", err)
+	}
+	if _, err := e.client(e.stranger).EventsList(ctx, api.EventsListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
+		t.Fatalf("acme's stranger listing events = %v, want ACCESS_DENIED", err)
+	}
+
+	// Paging by cursor: pages of two give the same events; an empty page
+	// keeps the cursor.
+	var paged []api.Event
+	after := int64(0)
+	for range 10 {
+		page, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", After: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Items) > 2 {
+			t.Fatalf("page of %d items, limit 2", len(page.Items))
+		}
+		if len(page.Items) == 0 {
+			if page.Next != after {
+				t.Fatalf("empty page's next = %d, want the cursor %d", page.Next, after)
+			}
+			break
+		}
+		paged = append(paged, page.Items...)
+		after = page.Next
+	}
+	if len(paged) != len(all.Items) {
+		t.Fatalf("paged %d events, want %d", len(paged), len(all.Items))
+	}
+	for i := range paged {
+		if paged[i].ID != all.Items[i].ID {
+			t.Fatalf("page item %d = %s, want %s", i, paged[i].ID, all.Items[i].ID)
+		}
+	}
+	// New events arrive after the cursor.
+	e.publishEvents(reservationEvent("acme", "rsv_b", "", "pending", "failed"))
+	if page, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", After: after}); err != nil || len(page.Items) != 1 ||
+		page.Items[0].Type != "reservation.failed" || page.Next != page.Items[0].Seq {
+		t.Fatalf("after the cursor = %+v, %v", page, err)
+	}
+
+	// Filters: exact types, and one resource.
+	typed, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", Types: []string{"reservation.pending", "reservation.active", "reservation"}})
+	if err != nil || len(typed.Items) != 3 {
+		t.Fatalf("typed = %+v, %v", typed, err)
+	}
+	for _, it := range typed.Items {
+		if it.Type != "reservation.pending" && it.Type != "reservation.active" {
+			t.Fatalf("typed filter kept %s", it.Type)
+		}
+	}
+	if byRes, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", ResourceID: "rsv_b"}); err != nil || len(byRes.Items) != 2 {
+		t.Fatalf("rsv_b's events = %+v, %v", byRes, err)
+	}
+	if byRes, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", ResourceID: "rsv_g"}); err != nil || len(byRes.Items) != 0 {
+		t.Fatalf("acme filtering on globex's reservation = %+v, %v", byRes, err)
+	}
+}
+
+func TestEventsListInvalidInput(t *testing.T) {
+	e := newEnv(t)
+	many := make([]string, 33)
+	for i := range many {
+		many[i] = fmt.Sprintf(`"t%d"`, i)
+	}
+	e.wantInvalid(e.boot.UserToken, "events.list", map[string]string{
+		`{}`:                                                            "tenantId",
+		`{"tenantId":"acme","limit":0}`:                                 "limit",
+		`{"tenantId":"acme","limit":501}`:                               "limit",
+		`{"tenantId":"acme","limit":"5"}`:                               "limit",
+		`{"tenantId":"acme","after":-1}`:                                "after",
+		`{"tenantId":"acme","after":1.5}`:                               "after",
+		`{"tenantId":"acme","types":"a"}`:                               "types",
+		`{"tenantId":"acme","types":[1]}`:                               "types",
+		`{"tenantId":"acme","types":[""]}`:                              "types",
+		`{"tenantId":"acme","resourceId":""}`:                           "resourceId",
+		`{"tenantId":"acme","projectId":"x"}`:                           "projectId",
+		`{"tenantId":"acme","types":[` + strings.Join(many, ",") + `]}`: "types",
+	})
+	// 32 types are fine.
+	if status, body := e.call(e.boot.UserToken, "events.list", `{"tenantId":"acme","types":[`+strings.Join(many[:32], ",")+`]}`); status != 200 {
+		t.Fatalf("32 types = %d %s", status, body)
+	}
+}

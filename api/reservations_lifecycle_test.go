@@ -1,0 +1,178 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/iam/policies"
+)
+
+func TestReservationsListScopes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	owner, sam := e.client(e.boot.UserToken), e.client(e.stranger)
+	mine, err := owner.ReservationsCreate(ctx, reserveInput("acme", p.ID, "l1", 1, reservationsT0, 3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.ReservationsCreate(ctx, reserveInput("acme", p.ID, "l2", 1, reservationsT0.Add(2*time.Hour), 3600)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.ReservationsCancel(ctx, "acme", mine.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	list, err := owner.ReservationsList(ctx, api.ReservationsListInput{TenantID: "acme"})
+	if err != nil || len(list.Items) != 2 || list.Items[0].CreatedAt < list.Items[1].CreatedAt {
+		t.Fatalf("mine = %+v, %v; want both, newest first", list, err)
+	}
+	if len(list.Items[1].Allocations) != 1 {
+		t.Fatalf("allocations missing from the list: %+v", list.Items[1])
+	}
+	list, err = owner.ReservationsList(ctx, api.ReservationsListInput{TenantID: "acme", State: "cancelled"})
+	if err != nil || len(list.Items) != 1 || list.Items[0].ID != mine.ID {
+		t.Fatalf("state filter = %+v, %v", list, err)
+	}
+	// A member of the tenant without a policy granting reads is denied at
+	// the coarse gate.
+	if _, err := sam.ReservationsList(ctx, api.ReservationsListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
+		t.Fatalf("stranger's list = %v", err)
+	}
+	if list, err := owner.ReservationsList(ctx, api.ReservationsListInput{TenantID: "acme", Scope: "all"}); err != nil || len(list.Items) != 2 {
+		t.Fatalf("owner's all = %+v, %v", list, err)
+	}
+	if _, err := e.client(e.globex).ReservationsList(ctx, api.ReservationsListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
+		t.Fatalf("another tenant = %v", err)
+	}
+	if _, err := owner.ReservationsList(ctx, api.ReservationsListInput{TenantID: "acme", State: "gone"}); codeOf(err) != core.CodeInvalidInput {
+		t.Fatalf("bad state = %v", err)
+	}
+}
+
+func TestReservationsCancelFreesTheAtoms(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	a := e.client(e.boot.UserToken)
+	r, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "c1", 8, reservationsT0, 3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not active yet: release is refused, pointing at cancel.
+	_, err = a.ReservationsRelease(ctx, "acme", r.ID)
+	if ce := core.AsError(err); ce.Code != core.CodeInvalidState || ce.Details["hint"] != "reservations.cancel" {
+		t.Fatalf("release of a placed reservation = %v %+v", err, ce.Details)
+	}
+	// Renew needs a lease.
+	if _, err := a.ReservationsRenew(ctx, "acme", r.ID); codeOf(err) != core.CodeInvalidState {
+		t.Fatalf("renew without a lease = %v", err)
+	}
+	for range 2 { // cancelling twice answers the same
+		c, err := a.ReservationsCancel(ctx, "acme", r.ID)
+		if err != nil || c.State != "cancelled" {
+			t.Fatalf("cancel = %+v, %v", c, err)
+		}
+	}
+	if got := e.count(`SELECT count(*) FROM device_bookings`); got != 0 {
+		t.Fatalf("%d bookings left after the cancel", got)
+	}
+	if _, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "c2", 8, reservationsT0, 3600)); err != nil {
+		t.Fatalf("the cancelled atoms are not free: %v", err)
+	}
+	if _, err := e.client(e.globex).ReservationsCancel(ctx, "globex", r.ID); codeOf(err) != core.CodeNotFound {
+		t.Fatalf("another tenant's cancel = %v", err)
+	}
+	if got := e.count(`SELECT count(*) FROM events WHERE resource_id = $1 AND type = 'reservation.cancelled'`, r.ID); got != 1 {
+		t.Fatalf("%d cancelled events", got)
+	}
+}
+
+func TestReservationsExtend(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	a := e.client(e.boot.UserToken)
+	r, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "x1", 4, reservationsT0, 3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another reservation takes all eight GPUs from the third hour.
+	if _, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "x2", 8, reservationsT0.Add(2*time.Hour), 3600)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // extending to the same end twice books once
+		x, err := a.ReservationsExtend(ctx, "acme", r.ID, 2*3600)
+		if err != nil || x.End != reservationsT0.Add(2*time.Hour).UnixMilli() {
+			t.Fatalf("extend = %+v, %v", x, err)
+		}
+	}
+	if got := e.count(`SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
+		WHERE a.reservation_id = $1 AND b.during = tstzrange($2::timestamptz, $3::timestamptz)`,
+		r.ID, reservationsT0, reservationsT0.Add(2*time.Hour)); got != 4 {
+		t.Fatalf("%d bookings stretched to the new end, want 4", got)
+	}
+	// Into the hour the other reservation holds: CONFLICT, nothing changes.
+	_, err = a.ReservationsExtend(ctx, "acme", r.ID, 3*3600)
+	if ce := core.AsError(err); ce.Code != core.CodeConflict || ce.Details["reason"] != "atomsTaken" {
+		t.Fatalf("extend into booked time = %v %+v", err, ce.Details)
+	}
+	got, err := a.ReservationsGet(ctx, "acme", r.ID)
+	if err != nil || got.End != reservationsT0.Add(2*time.Hour).UnixMilli() {
+		t.Fatalf("after the refused extension = %+v, %v", got, err)
+	}
+	// Shorter is not an extension.
+	if _, err := a.ReservationsExtend(ctx, "acme", r.ID, 1800); codeOf(err) != core.CodeInvalidInput {
+		t.Fatalf("shorter = %v", err)
+	}
+	// The authorization row still carries the real duration.
+	var hours float64
+	if err := e.store.Pool.QueryRow(ctx, `SELECT (attributes->>'durationHours')::float FROM authz_resources WHERE id = $1`, r.ID).Scan(&hours); err != nil || hours != 2 {
+		t.Fatalf("durationHours = %v, %v; want 2", hours, err)
+	}
+}
+
+// The shipped policies bound a reservation at 72 hours (H100 creates) and an
+// extension's resulting duration too (bounded-extend): the extension is
+// decided on the extended request, so it cannot pass the bound.
+func TestReservationsExtendPastThePolicyIsDenied(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	for _, name := range []string{"pool-users-reserve-h100", policies.BoundedExtend} {
+		cedar, ok := policies.Get(name)
+		if !ok {
+			t.Fatalf("policy %s is not shipped", name)
+		}
+		if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: name, Cedar: cedar}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.admin.AddRelation(ctx, iam.Relation{TenantID: "acme", SubjectID: e.identityOf(e.stranger), Relation: "user",
+		ResourceType: e.catalog.FullName("pool"), ResourceID: p.ID}); err != nil {
+		t.Fatal(err)
+	}
+	sam := e.client(e.stranger)
+	r, err := sam.ReservationsCreate(ctx, reserveInput("acme", p.ID, "p1", 8, reservationsT0, 70*3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, err := sam.ReservationsExtend(ctx, "acme", r.ID, 72*3600-1); err != nil || x.End != r.Start+(72*3600-1)*1000 {
+		t.Fatalf("extend within 72 h = %+v, %v", x, err)
+	}
+	if _, err := sam.ReservationsExtend(ctx, "acme", r.ID, 73*3600); codeOf(err) != core.CodeAccessDenied {
+		t.Fatalf("extend past 72 h = %v, want ACCESS_DENIED", err)
+	}
+	got, err := e.client(e.boot.UserToken).ReservationsGet(ctx, "acme", r.ID)
+	if err != nil || got.End != r.Start+(72*3600-1)*1000 {
+		t.Fatalf("after the denial = %+v, %v", got, err)
+	}
+	var hours float64
+	if err := e.store.Pool.QueryRow(ctx, `SELECT (attributes->>'durationHours')::float FROM authz_resources WHERE id = $1`, r.ID).Scan(&hours); err != nil || hours != 72 {
+		t.Fatalf("durationHours after the denial = %v, %v; want 72", hours, err)
+	}
+}

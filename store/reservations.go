@@ -1,0 +1,129 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/core/reservations"
+)
+
+// The reservations' repository functions that both the API and the
+// reservation workflow's activities use. SetReservationState is the one
+// writer of reservations.state: every change goes through
+// core/reservations.Transition and, in the same transaction, publishes the
+// change as an event and opens or closes the reservation's usage interval.
+
+// LockReservationState reads and locks a reservation's state; another
+// tenant's reservation, or none, is NOT_FOUND.
+func LockReservationState(ctx context.Context, tx Tx, tenantID, id string) (reservations.State, error) {
+	var s string
+	err := tx.QueryRow(ctx, `SELECT state FROM reservations WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, id, tenantID).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", core.Errorf(core.CodeNotFound, "reservation %s not found", id)
+	}
+	return reservations.State(s), err
+}
+
+// SetReservationState moves reservation id from one state to the next
+// (INVALID_STATE when the table has no such edge, CONFLICT when the row is
+// no longer in from). failure, when not nil, records why it failed.
+func SetReservationState(ctx context.Context, tx Tx, tenantID, id string, from, to reservations.State, failure json.RawMessage) error {
+	if err := reservations.Transition(from, to); err != nil {
+		return err
+	}
+	var poolID, projectID, class string
+	err := tx.QueryRow(ctx, `UPDATE reservations SET state = $4, failure = COALESCE($5, failure), updated_at = now()
+		WHERE id = $1 AND tenant_id = $2 AND state = $3
+		RETURNING pool_id, project_id, COALESCE(devices->>'class', '')`,
+		id, tenantID, string(from), string(to), failure).Scan(&poolID, &projectID, &class)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return core.Errorf(core.CodeConflict, "reservation %s is no longer %s", id, from)
+	}
+	if err != nil {
+		return err
+	}
+	data := map[string]any{"from": string(from), "to": string(to), "poolId": poolID}
+	if failure != nil {
+		data["failure"] = failure
+	}
+	if err := PublishEvent(ctx, tx, Event{TenantID: tenantID, Type: "reservation." + string(to),
+		ResourceType: "reservation", ResourceID: id, ProjectID: projectID, Data: data}); err != nil {
+		return err
+	}
+	switch {
+	case to == reservations.Active:
+		u := UsageInterval{ReservationID: id, TenantID: tenantID, ProjectID: projectID, PoolID: poolID, Class: class}
+		if err := tx.QueryRow(ctx, `SELECT p.gpu_model, COALESCE((SELECT sum(cardinality(a.atoms)) FROM allocations a
+				WHERE a.reservation_id = $1), 0)
+			FROM pools p WHERE p.id = $2`, id, poolID).Scan(&u.GPUModel, &u.Units); err != nil {
+			return err
+		}
+		return OpenUsage(ctx, tx, u)
+	case from == reservations.Active || reservations.Terminal(to):
+		return CloseUsage(ctx, tx, id)
+	}
+	return nil
+}
+
+// CutReservationBookings frees a reservation's atoms from now on: a booking
+// that has begun ends now ([lower, now)); one that has not begun is deleted,
+// as an empty range would break device_bookings' CHECK (NOT isempty(during)).
+// now() is the transaction's start, the same instant for every row, so
+// cutting twice changes nothing the second time.
+func CutReservationBookings(ctx context.Context, tx Tx, tenantID, id string) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM device_bookings b USING allocations a
+		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id AND lower(b.during) >= now()`,
+		id, tenantID); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE device_bookings b SET during = tstzrange(lower(b.during), now())
+		FROM allocations a
+		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id
+			AND (upper_inf(b.during) OR upper(b.during) > now())`, id, tenantID)
+	return err
+}
+
+// UnstartedReservation is a live reservation whose workflow start was not
+// recorded: what its workflow needs to start. Times are epoch ms; Active
+// says it is already active (or ending), LeaseDeadline when its lease
+// lapses (0 without one).
+type UnstartedReservation struct {
+	TenantID, ID  string
+	Start, End    int64
+	LeaseSeconds  int64
+	Active        bool
+	LeaseDeadline int64
+}
+
+// UnstartedReservations are up to limit live reservations (placed or later,
+// not yet ended) whose workflow start has not been recorded for longer than
+// grace.
+func UnstartedReservations(ctx context.Context, tx Tx, grace time.Duration, limit int) ([]UnstartedReservation, error) {
+	rows, err := tx.Query(ctx, `SELECT tenant_id, id, (extract(epoch FROM starts_at) * 1000)::bigint,
+			(extract(epoch FROM ends_at) * 1000)::bigint, COALESCE(lease_seconds, 0),
+			state IN ('active', 'expired', 'releasing'),
+			COALESCE((extract(epoch FROM lease_expires_at) * 1000)::bigint, 0)
+		FROM reservations
+		WHERE workflow_started_at IS NULL AND state IN ('placed', 'binding', 'active', 'expired', 'releasing')
+			AND updated_at < now() - $1 * interval '1 millisecond'
+		ORDER BY updated_at, id LIMIT $2`, grace.Milliseconds(), limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnstartedReservation, error) {
+		var u UnstartedReservation
+		return u, r.Scan(&u.TenantID, &u.ID, &u.Start, &u.End, &u.LeaseSeconds, &u.Active, &u.LeaseDeadline)
+	})
+}
+
+// MarkReservationWorkflowStarted records that the reservation's workflow
+// was started; recording it again changes nothing.
+func MarkReservationWorkflowStarted(ctx context.Context, tx Tx, id string) error {
+	_, err := tx.Exec(ctx, `UPDATE reservations SET workflow_started_at = now() WHERE id = $1 AND workflow_started_at IS NULL`, id)
+	return err
+}
