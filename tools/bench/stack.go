@@ -1,0 +1,332 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/core/inventory"
+	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/core/placement"
+	"github.com/better-compute/better-compute/deploy/devstack"
+	"github.com/better-compute/better-compute/internal/freeport"
+	"github.com/better-compute/better-compute/store"
+)
+
+// target is what the scenarios call: a tenant user's client and the pool
+// it reserves in, plus what the run has created so far.
+type target struct {
+	user      *api.Client
+	tenant    string
+	pool      string
+	dbURL     string // the cluster's URL for the floor; empty: no floor
+	embedded  bool
+	perWindow int // reservations sharing one window in create (see createInput)
+	runID     string
+	base      int64 // epoch ms of the first window, a day ahead
+	// contention makes a pool with one free 8-GPU node and returns it and
+	// the window to race for; nil when the target cannot (an external
+	// deployment: nodes have no public create method yet).
+	contention func(ctx context.Context) (poolID string, start int64, err error)
+
+	seq     atomic.Int64
+	mu      sync.Mutex
+	created []string // reservation ids, for get and list
+}
+
+// windowSeconds is the length of a create scenario's reservation.
+const windowSeconds = 600
+
+// createInput is the next create's input. Windows start a day ahead, so
+// the reservation workflow only arms a timer (no activation during the
+// run), and perWindow reservations share a window: placement then works on
+// partly booked nodes, while the pool never runs out (the next window is
+// empty).
+func (t *target) createInput(gpus int) api.ReservationsCreateInput {
+	i := t.seq.Add(1) - 1
+	start := t.base + (i/int64(t.perWindow))*windowSeconds*1000
+	return api.ReservationsCreateInput{
+		TenantID: t.tenant, PoolID: t.pool, Start: &start, Duration: windowSeconds,
+		Devices:        placement.Request{Class: placement.ClassGPU, Count: gpus},
+		IdempotencyKey: fmt.Sprintf("bench-%s-%d", t.runID, i),
+	}
+}
+
+func (t *target) remember(id string) {
+	t.mu.Lock()
+	t.created = append(t.created, id)
+	t.mu.Unlock()
+}
+
+func (t *target) reservations() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.created...)
+}
+
+func newTarget(user *api.Client, tenant, pool, dbURL string, perWindow int) *target {
+	now := time.Now()
+	return &target{
+		user: user, tenant: tenant, pool: pool, dbURL: dbURL, perWindow: max(perWindow, 1),
+		runID: fmt.Sprintf("%x", now.UnixNano()),
+		base:  now.Add(24 * time.Hour).Truncate(time.Hour).UnixMilli(),
+	}
+}
+
+// externalTarget calls a deployment the flags name. Its pool's capacity is
+// unknown, so only one node's worth of GPUs shares a window.
+func externalTarget(cfg config) *target {
+	return newTarget(httpClient(cfg.apiURL, cfg.token, cfg.clients), cfg.tenant, cfg.pool, cfg.dbURL, 8)
+}
+
+// httpClient is an API client whose transport keeps a connection per
+// concurrent caller (http.DefaultClient keeps 2, and the rest would reconnect
+// on every call, measuring TCP setup instead of the API).
+func httpClient(url, token string, conns int) *api.Client {
+	c := api.NewClient(url, token)
+	conns = max(conns, 8)
+	c.HTTP = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute,
+	}}
+	return c
+}
+
+// Sample inventory and the copy numbers the bench's nodes take: far from
+// the demo fleet's 1 and 2, so every node has a hardware key of its own.
+const (
+	benchInventory      = "h100-8x-sxm.json"
+	firstBenchNode      = 1001
+	firstContentionNode = 9001
+)
+
+// startEmbedded starts a dev stack in a temporary directory on fresh ports,
+// adds cfg.nodes simulated nodes to the demo pool and raises the demo
+// tenant's quota to the pool's GPUs. cleanup stops it and removes the
+// directory.
+func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progress func(string, ...any)) (*target, func(), error) {
+	dir, err := os.MkdirTemp("", "bc-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	var stack *devstack.Stack
+	var st *store.Store
+	cleanup := func() {
+		if st != nil {
+			st.Close()
+		}
+		if stack != nil {
+			stack.Stop(context.Background())
+		}
+		_ = os.RemoveAll(dir)
+	}
+	fail := func(err error) (*target, func(), error) {
+		cleanup()
+		return nil, nil, err
+	}
+	// The PostgreSQL server may run as the postgres OS user, which must reach in.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fail(err)
+	}
+	pgPort, err := freeport.Pick("127.0.0.1")
+	if err != nil {
+		return fail(err)
+	}
+	stack, err = devstack.Start(ctx, devstack.Options{
+		Dir: dir, APIAddr: "127.0.0.1:0", PostgresPort: pgPort, TemporalAddr: "127.0.0.1:0", UIAddr: "-", Logger: logger,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("devstack: %w", err))
+	}
+	adminToken, err := stack.AdminToken()
+	if err != nil {
+		return fail(err)
+	}
+	userToken, err := stack.DemoToken()
+	if err != nil {
+		return fail(err)
+	}
+	conns := max(cfg.clients, cfg.contentionCalls)
+	admin := httpClient(stack.APIURL(), adminToken, 4)
+	user := httpClient(stack.APIURL(), userToken, conns)
+	adminWho, err := admin.SystemWhoami(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("whoami (admin): %w", err))
+	}
+	userWho, err := user.SystemWhoami(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("whoami (user): %w", err))
+	}
+	root, tenant := adminWho.Caller.TenantID, userWho.Caller.TenantID
+	demo := stack.Demo()
+
+	// Nodes have no API method yet: they are written as the dev stack's demo
+	// fleet writes them, through an API server of our own on the stack's
+	// database (CreateNode and IngestInventory need no IAM); the stack's
+	// authorization projection tails the rows they add.
+	if st, err = store.Open(ctx, stack.DatabaseURL()); err != nil {
+		return fail(err)
+	}
+	srv, err := api.New(api.Deps{Store: st, Logger: logger})
+	if err != nil {
+		return fail(err)
+	}
+	progress("adding %d simulated 8×H100 nodes to the demo pool %s", cfg.nodes, demo.PoolID)
+	if err := addNodes(ctx, st, srv, demo.PoolID, "bench-h100", firstBenchNode, cfg.nodes); err != nil {
+		return fail(fmt.Errorf("nodes: %w", err))
+	}
+	gpus, err := poolGPUs(ctx, admin, root, demo.PoolID)
+	if err != nil {
+		return fail(err)
+	}
+	// The demo offer's quota (16 GPUs) would refuse the create scenario
+	// after two windows' worth; the offer is an upsert.
+	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: demo.PoolID, ToTenantID: tenant,
+		Quota: map[string]int64{placement.ClassGPU: int64(gpus)}}); err != nil {
+		return fail(fmt.Errorf("raise the demo quota: %w", err))
+	}
+	progress("demo pool: %d GPUs, tenant %s's quota raised to match", gpus, tenant)
+
+	t := newTarget(user, tenant, demo.PoolID, stack.DatabaseURL(), gpus)
+	t.embedded = true
+	t.contention = func(ctx context.Context) (string, int64, error) {
+		return contentionPool(ctx, admin, user, st, srv, root, tenant, userWho.Caller.IdentityID, demo.SiteID, t.runID)
+	}
+	return t, cleanup, nil
+}
+
+// addNodes adds count schedulable copies of the sample 8×H100 machine to
+// pool, each in its own transaction, as devstack's seedDemoNodes does.
+func addNodes(ctx context.Context, st *store.Store, srv *api.Server, poolID, prefix string, first, count int) error {
+	sample, err := inventory.Sample(benchInventory)
+	if err != nil {
+		return err
+	}
+	for n := first; n < first+count; n++ {
+		doc, err := json.Marshal(sample.Copy(n))
+		if err != nil {
+			return err
+		}
+		err = st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+			node, err := srv.CreateNode(ctx, tx, api.NewNode{PoolID: poolID, Name: fmt.Sprintf("%s-%d", prefix, n),
+				ProvisionState: nodes.Deployed, Role: nodes.RoleHost, Trust: nodes.TrustPlatform,
+				Power: nodes.PowerOn, Connectivity: nodes.Connected, ObservedGeneration: 1})
+			if err != nil {
+				return err
+			}
+			_, err = srv.IngestInventory(ctx, tx, node.ID, doc)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("node %s-%d: %w", prefix, n, err)
+		}
+	}
+	return nil
+}
+
+// poolGPUs sums the GPUs of the pool's nodes, as its owner sees them.
+func poolGPUs(ctx context.Context, admin *api.Client, tenant, poolID string) (int, error) {
+	list, err := admin.NodesList(ctx, api.NodesListInput{TenantID: tenant, PoolID: poolID})
+	if err != nil {
+		return 0, fmt.Errorf("nodes of pool %s: %w", poolID, err)
+	}
+	gpus := 0
+	for _, n := range list.Items {
+		gpus += n.GPUCount
+	}
+	if gpus == 0 {
+		return 0, fmt.Errorf("pool %s has no GPUs", poolID)
+	}
+	return gpus, nil
+}
+
+// contentionPool makes a second pool in the demo site with exactly one
+// 8-GPU node, offers it to the tenant (a quota far above 8, so refusals are
+// for capacity, not quota), gives the user the "user" relation on it as the
+// demo fleet does, and waits until the tenant sees the 8 GPUs free.
+func contentionPool(ctx context.Context, admin, user *api.Client, st *store.Store, srv *api.Server,
+	root, tenant, userID, siteID, runID string) (string, int64, error) {
+	p, err := admin.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: root, SiteID: siteID, Name: "bench-contention-" + runID,
+		Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80})
+	if err != nil {
+		return "", 0, fmt.Errorf("pool: %w", err)
+	}
+	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: p.ID, ToTenantID: tenant,
+		Quota: map[string]int64{placement.ClassGPU: 10000}}); err != nil {
+		return "", 0, fmt.Errorf("offer: %w", err)
+	}
+	if err := addNodes(ctx, st, srv, p.ID, "bench-contention", firstContentionNode, 1); err != nil {
+		return "", 0, err
+	}
+	catalog, err := core.DefaultCatalog()
+	if err != nil {
+		return "", 0, err
+	}
+	rel := map[string]string{"tenantId": tenant, "subjectId": userID, "relation": "user",
+		"resourceType": catalog.FullName("pool"), "resourceId": p.ID}
+	if err := iamAdminCall(ctx, admin, "addRelation", rel); err != nil {
+		return "", 0, fmt.Errorf("relation: %w", err)
+	}
+	start := time.Now().Add(48 * time.Hour).Truncate(time.Hour).UnixMilli()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pv, err := user.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: tenant, PoolID: p.ID,
+			Devices: placement.Request{Class: placement.ClassGPU, Count: 8}, Start: &start, Duration: 3600})
+		if err == nil && pv.Fits {
+			return p.ID, start, nil
+		}
+		if time.Now().After(deadline) {
+			return "", 0, fmt.Errorf("pool %s never showed 8 free GPUs to %s: %+v, %v", p.ID, tenant, pv, err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// iamAdminCall posts to the IAM admin surface (/api/iam/<method>), which the
+// typed client does not cover.
+func iamAdminCall(ctx context.Context, admin *api.Client, method string, in any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(admin.BaseURL, "/")+"/api/iam/"+method, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+admin.Token)
+	resp, err := admin.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	var e struct {
+		Error *core.Error `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error != nil {
+		if errors.Is(e.Error, core.ErrConflict) {
+			return nil // it exists
+		}
+		return e.Error
+	}
+	return fmt.Errorf("iam %s: HTTP %d", method, resp.StatusCode)
+}
