@@ -223,7 +223,7 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOfferQuota(ctx, tx, c.TenantID, pool, r, r.Start, r.End); err != nil {
+	if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.Start, r.End, true); err != nil {
 		return nil, err
 	}
 	req := r.Devices

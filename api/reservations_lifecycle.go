@@ -258,7 +258,7 @@ func (s *Server) extendComplete(ctx context.Context, c *Call, tx store.Tx) (any,
 		if err != nil {
 			return nil, err
 		}
-		if err := checkOfferQuota(ctx, tx, c.TenantID, pool, r, r.End, end); err != nil {
+		if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.End, end, false); err != nil {
 			return nil, err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE device_bookings b
@@ -336,27 +336,56 @@ func (s *Server) extendStarted(ctx context.Context, c *Call) error {
 	return nil
 }
 
-// checkOfferQuota checks, on a pool offered to the tenant, that the atoms
-// of r's class the tenant has booked in the pool over [from, to), plus r's,
-// stay within the offer's quota (QUOTA_EXCEEDED with the limit). One check
-// at a time per (tenant, pool), so two requests cannot share the headroom.
-func checkOfferQuota(ctx context.Context, tx store.Tx, tenantID string, pool Pool, r Reservation, from, to int64) error {
-	if pool.TenantID == tenantID || pool.Offer == nil {
+// checkLimits checks a reservation's request against the tenant's limits
+// on the pool, under one lock per (tenant, pool) so two requests cannot
+// share the same headroom (QUOTA_EXCEEDED with the limit either way):
+//
+//   - on a pool offered to the tenant, the atoms of r's class the tenant
+//     has booked in the pool over [from, to), plus r's, stay within the
+//     offer's quota;
+//   - with newReservation starting in the future and the pool's
+//     policy.maxPending, the tenant's other reservations in the pool that
+//     have not begun yet stay below it, so no tenant hoards the pool's
+//     future (a reservation starting now is never held back by it).
+func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool Pool, r Reservation, from, to int64, newReservation bool) error {
+	offered := pool.TenantID != tenantID && pool.Offer != nil
+	maxPending := pool.Policy.MaxPending
+	if !newReservation {
+		maxPending = nil
+	}
+	if !offered && maxPending == nil {
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "quota:"+tenantID+":"+pool.ID); err != nil {
 		return err
 	}
-	req := r.Devices
-	limit := pool.Offer.Quota[req.Class]
-	var inUse int64
-	if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&inUse); err != nil {
-		return err
+	if offered {
+		req := r.Devices
+		limit := pool.Offer.Quota[req.Class]
+		var inUse int64
+		if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&inUse); err != nil {
+			return err
+		}
+		if inUse+int64(req.Count) > limit {
+			return core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",
+				inUse, req.Class, req.Count, limit).
+				WithDetails(map[string]any{"resource": req.Class, "limit": limit, "inUse": inUse, "requested": req.Count, "reservationId": r.ID})
+		}
 	}
-	if inUse+int64(req.Count) > limit {
-		return core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",
-			inUse, req.Class, req.Count, limit).
-			WithDetails(map[string]any{"resource": req.Class, "limit": limit, "inUse": inUse, "requested": req.Count, "reservationId": r.ID})
+	if maxPending != nil {
+		var pending int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM reservations
+			WHERE tenant_id = $1 AND pool_id = $2 AND id <> $3 AND starts_at > now()
+				AND state IN ('awaiting-confirmation', 'pending', 'placed', 'binding')
+				AND timestamptz 'epoch' + $4::bigint * interval '1 millisecond' > now()`,
+			tenantID, pool.ID, r.ID, r.Start).Scan(&pending); err != nil {
+			return err
+		}
+		if pending >= *maxPending {
+			return core.Errorf(core.CodeQuotaExceeded, "%d reservations in pool %s have not begun yet; the pool allows %d",
+				pending, pool.ID, *maxPending).
+				WithDetails(map[string]any{"resource": "pendingReservations", "limit": *maxPending, "inUse": pending, "reservationId": r.ID})
+		}
 	}
 	return nil
 }

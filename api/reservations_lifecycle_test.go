@@ -176,3 +176,27 @@ func TestReservationsExtendPastThePolicyIsDenied(t *testing.T) {
 		t.Fatalf("durationHours after the denial = %v, %v; want 72", hours, err)
 	}
 }
+
+// A pool's policy.maxPending bounds how many of a tenant's reservations may
+// wait for their start; one starting now is never held back by it.
+func TestReservationsMaxPending(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
+	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{"maxPending": 1}`)
+	e.node(schedulableNode(p.ID, "gpu-a01"), fixture(t, "h100-8x-sxm.json"))
+	a := e.client(e.boot.UserToken)
+	if _, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "m1", 1, reservationsT0, 3600)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "m2", 1, reservationsT0.Add(time.Hour), 3600))
+	ce := core.AsError(err)
+	if ce.Code != core.CodeQuotaExceeded || ce.Details["resource"] != "pendingReservations" || ce.Details["limit"] != float64(1) {
+		t.Fatalf("second future reservation = %v %+v", err, ce.Details)
+	}
+	now := api.ReservationsCreateInput{TenantID: "acme", PoolID: p.ID, Devices: reserveInput("", "", "", 1, reservationsT0, 0).Devices,
+		Duration: 600, IdempotencyKey: "m3"}
+	if r, err := a.ReservationsCreate(ctx, now); err != nil || r.State != "placed" {
+		t.Fatalf("a reservation starting now = %+v, %v", r, err)
+	}
+}

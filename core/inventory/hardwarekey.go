@@ -31,7 +31,8 @@ type Rejected struct {
 
 // HardwareKey is a node's hardware key: the SHA-256 (hex) of its normalized
 // product UUID, serial number, permanent MACs and GPU UUIDs, counting only
-// identifiers that survive the placeholder blocklist.
+// identifiers that survive the placeholder blocklist. Key is empty when none
+// survives.
 type HardwareKey struct {
 	Key string `json:"key"`
 	// Trusted is true when at least MinTrustedIdentifiers kinds survived.
@@ -212,6 +213,11 @@ func ComputeHardwareKey(inv *NodeInventory) HardwareKey {
 		hk.Identifiers = append(hk.Identifiers, IdentGPUUUID)
 	}
 
+	if len(lines) == 0 {
+		// No identifier survived: there is no key, rather than one every
+		// such machine would share.
+		return hk
+	}
 	sum := sha256.Sum256([]byte("hardware-key/v1\n" + strings.Join(lines, "\n")))
 	hk.Key = hex.EncodeToString(sum[:])
 	hk.Trusted = len(hk.Identifiers) >= MinTrustedIdentifiers

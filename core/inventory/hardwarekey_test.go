@@ -183,3 +183,11 @@ func TestHardwareKeyTrust(t *testing.T) {
 		})
 	}
 }
+
+func TestHardwareKeyWithoutIdentifiersIsEmpty(t *testing.T) {
+	inv := &NodeInventory{NICs: []NIC{{Name: "eth0", PermanentMAC: "02:fc:00:00:00:01"}}}
+	hk := ComputeHardwareKey(inv)
+	if hk.Key != "" || hk.Trusted || len(hk.Identifiers) != 0 || len(hk.Rejected) != 1 {
+		t.Fatalf("hardware key of a machine without identifiers = %+v, want none", hk)
+	}
+}

@@ -33,7 +33,11 @@ type Options struct {
 	PostgresPort int    // default 55432
 	TemporalAddr string // default 127.0.0.1:7233
 	UIAddr       string // default 127.0.0.1:8233; "-" for no UI
-	Logger       *slog.Logger
+	// NoWorker runs no control-plane worker in this process: workflows
+	// wait for a `better-compute worker` started elsewhere (tests that kill
+	// the worker run it as a separate process).
+	NoWorker bool
+	Logger   *slog.Logger
 }
 
 const (
@@ -143,9 +147,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.client, err = workers.Dial(ctx, workers.TemporalConfig{Address: s.temporal.FrontendAddr(), Namespace: Namespace}, log.With("component", "temporal-client")); err != nil {
 		return s, err
 	}
-	s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store})
-	if err = s.worker.Start(); err != nil {
-		return s, fmt.Errorf("worker: %w", err)
+	if !o.NoWorker {
+		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store})
+		if err = s.worker.Start(); err != nil {
+			return s, fmt.Errorf("worker: %w", err)
+		}
 	}
 	if err = workers.EnsureSchedules(ctx, s.client); err != nil {
 		return s, err

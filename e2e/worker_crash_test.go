@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/core/placement"
+	"github.com/better-compute/better-compute/deploy/devstack"
+	"github.com/better-compute/better-compute/internal/freeport"
+)
+
+// workerProcess starts the control-plane worker as a separate process (this
+// test binary, see TestMain) and waits until it runs.
+func workerProcess(t *testing.T, s *devstack.Stack) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWorkerDatabase+"="+s.DatabaseURL(), envWorkerTemporal+"="+s.TemporalAddr())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.Contains(line, "worker running") {
+		t.Fatalf("worker process: %q, %v", line, err)
+	}
+	return cmd
+}
+
+// A worker killed with SIGKILL in the middle of the release activity loses
+// nothing and releases nothing twice: the activity's transaction dies with
+// the worker's connection, Temporal retries the activity on the next worker
+// once its start-to-close timeout passes, and the retry releases the
+// reservation exactly once.
+func TestWorkerKilledMidActivity(t *testing.T) {
+	dir := stackDir(t)
+	pgPort, err := freeport.Pick("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := devstack.Start(context.Background(), devstack.Options{Dir: dir, APIAddr: "127.0.0.1:0", PostgresPort: pgPort,
+		TemporalAddr: "127.0.0.1:0", UIAddr: "-", NoWorker: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("devstack: %v", err)
+	}
+	t.Cleanup(func() { s.Stop(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	first := workerProcess(t, s)
+
+	token, err := s.DemoToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := api.NewClient(s.APIURL(), token)
+	r, err := acme.ReservationsCreate(ctx, api.ReservationsCreateInput{TenantID: "acme", PoolID: s.Demo().PoolID,
+		Devices: placement.Request{Class: "gpu", Count: 2}, Duration: 3600, IdempotencyKey: "crash-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(ctx, t, acme, r.ID, "active")
+
+	db, err := pgx.Connect(ctx, s.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	// Hold the usage table so the release activity blocks inside its
+	// transaction (after moving the row to releasing, at closing the usage
+	// interval), then kill the worker there. The API's own transaction does
+	// not touch the table.
+	lock, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, `LOCK TABLE usage_intervals IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() {
+		got, err := acme.ReservationsRelease(ctx, "acme", r.ID)
+		if err == nil && got.State != "released" {
+			err = &stateErr{got.State}
+		}
+		released <- err
+	}()
+	watch, err := pgx.Connect(ctx, s.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	for {
+		var blocked int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE usage_intervals%'`).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		if blocked > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the release activity never reached the locked table")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := stateOf(ctx, t, watch, r.ID); st != "active" {
+		t.Fatalf("state after the kill = %s: the killed activity's transaction committed", st)
+	}
+
+	workerProcess(t, s)
+	if err := <-released; err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if st := stateOf(ctx, t, watch, r.ID); st != "released" {
+		t.Fatalf("state = %s", st)
+	}
+	var releasing, releasedEvents, intervals, open, live int
+	if err := watch.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE type = 'reservation.releasing'), count(*) FILTER (WHERE type = 'reservation.released')
+		FROM events WHERE resource_id = $1`, r.ID).Scan(&releasing, &releasedEvents); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE ended_at IS NULL)
+		FROM usage_intervals WHERE reservation_id = $1`, r.ID).Scan(&intervals, &open); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.QueryRow(ctx, `SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
+		WHERE a.reservation_id = $1 AND (upper_inf(b.during) OR upper(b.during) > now())`, r.ID).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	if releasing != 1 || releasedEvents != 1 || intervals != 1 || open != 0 || live != 0 {
+		t.Fatalf("after the retry: %d releasing and %d released events, %d usage intervals (%d open), %d live bookings; want 1, 1, 1, 0, 0",
+			releasing, releasedEvents, intervals, open, live)
+	}
+}
+
+type stateErr struct{ state string }
+
+func (e *stateErr) Error() string { return "released reservation answered state " + e.state }
+
+func stateOf(ctx context.Context, t *testing.T, db *pgx.Conn, id string) string {
+	t.Helper()
+	var st string
+	if err := db.QueryRow(ctx, `SELECT state FROM reservations WHERE id = $1`, id).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func waitState(ctx context.Context, t *testing.T, c *api.Client, id, want string) {
+	t.Helper()
+	for {
+		r, err := c.ReservationsGet(ctx, "acme", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("reservation %s is %s, want %s", id, r.State, want)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
