@@ -258,9 +258,6 @@ func (s *Server) extendComplete(ctx context.Context, c *Call, tx store.Tx) (any,
 		if err != nil {
 			return nil, err
 		}
-		if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.End, end, false); err != nil {
-			return nil, err
-		}
 		tag, err := tx.Exec(ctx, `UPDATE device_bookings b
 			SET during = tstzrange(lower(b.during), timestamptz 'epoch' + $3::bigint * interval '1 millisecond')
 			FROM allocations a
@@ -275,6 +272,9 @@ func (s *Server) extendComplete(ctx context.Context, c *Call, tx store.Tx) (any,
 		}
 		if tag.RowsAffected() == 0 {
 			return nil, core.Errorf(core.CodeInternal, "reservation %s has no bookings ending at its end", r.ID)
+		}
+		if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.End, end, false); err != nil {
+			return nil, err
 		}
 		if err := store.PublishEvent(ctx, tx, store.Event{TenantID: r.TenantID, Type: "reservation.extended",
 			ResourceType: "reservation", ResourceID: r.ID, ProjectID: r.ProjectID,
@@ -336,12 +336,15 @@ func (s *Server) extendStarted(ctx context.Context, c *Call) error {
 	return nil
 }
 
-// checkLimits checks a reservation's request against the tenant's limits
-// on the pool, under one lock per (tenant, pool) so two requests cannot
-// share the same headroom (QUOTA_EXCEEDED with the limit either way):
+// checkLimits checks a reservation's request, once its atoms over [from,
+// to) are booked in tx, against the tenant's limits on the pool, under one
+// lock per (tenant, pool) held to the commit, so two requests cannot share
+// the same headroom (QUOTA_EXCEEDED with the limit either way). Each
+// statement of a READ COMMITTED transaction reads what committed before it,
+// so a request checked after another's commit counts its bookings.
 //
 //   - on a pool offered to the tenant, the atoms of r's class the tenant
-//     has booked in the pool over [from, to), plus r's, stay within the
+//     has booked in the pool over [from, to), r's included, stay within the
 //     offer's quota;
 //   - with newReservation starting in the future and the pool's
 //     policy.maxPending, the tenant's other reservations in the pool that
@@ -362,11 +365,11 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool Pool, r
 	if offered {
 		req := r.Devices
 		limit := pool.Offer.Quota[req.Class]
-		var inUse int64
-		if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&inUse); err != nil {
+		var booked int64
+		if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&booked); err != nil {
 			return err
 		}
-		if inUse+int64(req.Count) > limit {
+		if inUse := booked - int64(req.Count); booked > limit {
 			return core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",
 				inUse, req.Class, req.Count, limit).
 				WithDetails(map[string]any{"resource": req.Class, "limit": limit, "inUse": inUse, "requested": req.Count, "reservationId": r.ID})

@@ -653,6 +653,13 @@ var explicitSchemas = map[string][]Field{
 	"nodes.taint": {TenantIDField(), nodeID, {Name: "add", Type: FieldArray, MaxBytes: 16 << 10},
 		{Name: "remove", Type: FieldArray, MaxBytes: 16 << 10}},
 	"nodes.delete":      {TenantIDField(), nodeID},
+	"joinTokens.list":   {TenantIDField(), IDField("poolId", "pool", true)},
+	"joinTokens.revoke": {TenantIDField(), IDField("poolId", "pool", true), IDField("tokenId", "jtok", true)},
+	// joinTokens.create: the handler checks ttlSeconds in [60, 2592000]
+	// (default 86400) and maxUses in [1, 10000] (default 1).
+	"joinTokens.create": {TenantIDField(), IDField("poolId", "pool", true),
+		{Name: "name", Type: FieldString, MaxLength: 128},
+		{Name: "ttlSeconds", Type: FieldInteger}, {Name: "maxUses", Type: FieldInteger}},
 	"inventory.get":     {TenantIDField(), nodeID, {Name: "seq", Type: FieldInteger}},
 	"inventory.history": {TenantIDField(), nodeID, listLimit, {Name: "beforeSeq", Type: FieldInteger}},
 	"inventory.diff":    {TenantIDField(), nodeID, {Name: "fromSeq", Type: FieldInteger}, {Name: "toSeq", Type: FieldInteger}},
