@@ -155,6 +155,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// The server treats a port it cannot listen on as fatal, so ports are
 	// checked first; a port chosen here can still be taken before the
 	// server binds it, and then the start is tried again with fresh ones.
+	if frontendPort != 0 { // a port asked for is not retried: it stays taken
+		if _, err := probePort(host, frontendPort); err != nil {
+			return nil, fmt.Errorf("frontend address: %w", err)
+		}
+	}
 	var srv temporal.Server
 	var frontendAddr, httpAddr string
 	for attempt := 1; ; attempt++ {
