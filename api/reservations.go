@@ -27,16 +27,15 @@ import (
 //	caller, attributes region, gpuModel, gpuCount, durationHours, binding,
 //	projectId, spot) are written.
 //	the decision on the draft; a denial leaves it denied.
-//	complete (transaction 2): draft -> pending; the pool's free atoms over
-//	[start, end) are read as capacity.preview reads them and core/placement
-//	places the request; one allocation per node and one device_bookings row
-//	per atom are inserted under a SAVEPOINT. Then the tenant's limits are
+//	complete (transaction 2): draft -> pending; the tenant's limits are
 //	checked (checkLimits: an offered pool's quota, QUOTA_EXCEEDED with
-//	details.limit, and policy.maxPending) with the bookings in place, so
-//	the per-(tenant, pool) lock they take is held only from there to the
-//	commit, not across placement. A concurrent booking that won (23P01, or a deadlock 40P01)
-//	rolls back to the savepoint, and the atoms are read and placed again:
-//	each conflict means another booking committed, so a few attempts
+//	details.limit, and policy.maxPending) under a per-(tenant, pool) lock
+//	held to the commit; the pool's free atoms over [start, end) are read as
+//	capacity.preview reads them and core/placement places the request; one
+//	allocation per node and one device_bookings row per atom are inserted
+//	under a SAVEPOINT. A concurrent booking that won (23P01, or a deadlock
+//	40P01) rolls back to the savepoint, and the atoms are read and placed
+//	again: each conflict means another booking committed, so a few attempts
 //	suffice (after maxPlaceAttempts, UNAVAILABLE: retry with the same key).
 //	On success pending -> placed.
 //
@@ -224,6 +223,9 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.Start, r.End, true); err != nil {
+		return nil, err
+	}
 	req := r.Devices
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
 		nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End)
@@ -250,9 +252,6 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 			return nil, err
 		}
 		if err := sp.Commit(ctx); err != nil {
-			return nil, err
-		}
-		if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.Start, r.End, true); err != nil {
 			return nil, err
 		}
 		if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, reservations.Pending, reservations.Placed, nil); err != nil {

@@ -336,15 +336,17 @@ func (s *Server) extendStarted(ctx context.Context, c *Call) error {
 	return nil
 }
 
-// checkLimits checks a reservation's request, once its atoms over [from,
-// to) are booked in tx, against the tenant's limits on the pool, under one
-// lock per (tenant, pool) held to the commit, so two requests cannot share
-// the same headroom (QUOTA_EXCEEDED with the limit either way). Each
-// statement of a READ COMMITTED transaction reads what committed before it,
-// so a request checked after another's commit counts its bookings.
+// checkLimits checks a reservation's request against the tenant's limits
+// on the pool, under one lock per (tenant, pool) held to the commit, so two
+// requests cannot share the same headroom (QUOTA_EXCEEDED with the limit
+// either way). A new reservation is checked before placement: the lock then
+// also keeps one tenant's concurrent requests from all placing onto the same
+// free atoms and re-placing after each other's commits. An extension is
+// checked once its bookings are stretched in tx (a READ COMMITTED statement
+// counts what committed before it, so the check stays exact).
 //
 //   - on a pool offered to the tenant, the atoms of r's class the tenant
-//     has booked in the pool over [from, to), r's included, stay within the
+//     has booked in the pool over [from, to), plus r's, stay within the
 //     offer's quota;
 //   - with newReservation starting in the future and the pool's
 //     policy.maxPending, the tenant's other reservations in the pool that
@@ -365,11 +367,14 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool Pool, r
 	if offered {
 		req := r.Devices
 		limit := pool.Offer.Quota[req.Class]
-		var booked int64
-		if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&booked); err != nil {
+		var inUse int64
+		if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&inUse); err != nil {
 			return err
 		}
-		if inUse := booked - int64(req.Count); booked > limit {
+		if !newReservation { // r's own atoms over the window are booked already
+			inUse -= int64(req.Count)
+		}
+		if inUse+int64(req.Count) > limit {
 			return core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",
 				inUse, req.Class, req.Count, limit).
 				WithDetails(map[string]any{"resource": req.Class, "limit": limit, "inUse": inUse, "requested": req.Count, "reservationId": r.ID})
