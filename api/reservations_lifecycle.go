@@ -258,6 +258,9 @@ func (s *Server) extendComplete(ctx context.Context, c *Call, tx store.Tx) (any,
 		if err != nil {
 			return nil, err
 		}
+		if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.End, end, false); err != nil {
+			return nil, err
+		}
 		tag, err := tx.Exec(ctx, `UPDATE device_bookings b
 			SET during = tstzrange(lower(b.during), timestamptz 'epoch' + $3::bigint * interval '1 millisecond')
 			FROM allocations a
@@ -272,9 +275,6 @@ func (s *Server) extendComplete(ctx context.Context, c *Call, tx store.Tx) (any,
 		}
 		if tag.RowsAffected() == 0 {
 			return nil, core.Errorf(core.CodeInternal, "reservation %s has no bookings ending at its end", r.ID)
-		}
-		if err := checkLimits(ctx, tx, c.TenantID, pool, r, r.End, end, false); err != nil {
-			return nil, err
 		}
 		if err := store.PublishEvent(ctx, tx, store.Event{TenantID: r.TenantID, Type: "reservation.extended",
 			ResourceType: "reservation", ResourceID: r.ID, ProjectID: r.ProjectID,
@@ -336,14 +336,13 @@ func (s *Server) extendStarted(ctx context.Context, c *Call) error {
 	return nil
 }
 
-// checkLimits checks a reservation's request against the tenant's limits
-// on the pool, under one lock per (tenant, pool) held to the commit, so two
-// requests cannot share the same headroom (QUOTA_EXCEEDED with the limit
-// either way). A new reservation is checked before placement: the lock then
-// also keeps one tenant's concurrent requests from all placing onto the same
-// free atoms and re-placing after each other's commits. An extension is
-// checked once its bookings are stretched in tx (a READ COMMITTED statement
-// counts what committed before it, so the check stays exact).
+// checkLimits checks a request for r's atoms over [from, to) (a new
+// reservation's window, or an extension's added time), before it is
+// booked, against the tenant's limits on the pool, under one lock per
+// (tenant, pool) held to the commit, so two requests cannot share the same
+// headroom (QUOTA_EXCEEDED with the limit either way). Checking before
+// placement also keeps one tenant's concurrent requests from all placing
+// onto the same free atoms and re-placing after each other's commits.
 //
 //   - on a pool offered to the tenant, the atoms of r's class the tenant
 //     has booked in the pool over [from, to), plus r's, stay within the
@@ -370,9 +369,6 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool Pool, r
 		var inUse int64
 		if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&inUse); err != nil {
 			return err
-		}
-		if !newReservation { // r's own atoms over the window are booked already
-			inUse -= int64(req.Count)
 		}
 		if inUse+int64(req.Count) > limit {
 			return core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",

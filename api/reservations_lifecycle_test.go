@@ -200,3 +200,35 @@ func TestReservationsMaxPending(t *testing.T) {
 		t.Fatalf("a reservation starting now = %+v, %v", r, err)
 	}
 }
+
+// An extension on an offered pool counts against the offer's quota over the
+// added time.
+func TestReservationsExtendWithinTheOfferQuota(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	if _, err := e.client(e.boot.UserToken).PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
+		Quota: map[string]int64{"gpu": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	g := e.client(e.globex)
+	r, err := g.ReservationsCreate(ctx, reserveInput("globex", p.ID, "q1", 2, reservationsT0, 3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.ReservationsCreate(ctx, reserveInput("globex", p.ID, "q2", 2, reservationsT0.Add(2*time.Hour), 3600)); err != nil {
+		t.Fatal(err)
+	}
+	// [1h, 2h) holds none of globex's GPUs: 2 more fit the quota of 3.
+	if x, err := g.ReservationsExtend(ctx, "globex", r.ID, 2*3600); err != nil || x.End != reservationsT0.Add(2*time.Hour).UnixMilli() {
+		t.Fatalf("extend within the quota = %+v, %v", x, err)
+	}
+	// [2h, 3h) holds q2's 2: 2 more would be 4.
+	_, err = g.ReservationsExtend(ctx, "globex", r.ID, 3*3600)
+	if ce := core.AsError(err); ce.Code != core.CodeQuotaExceeded || ce.Details["limit"] != float64(3) || ce.Details["inUse"] != float64(2) {
+		t.Fatalf("extend over the quota = %v %+v", err, ce.Details)
+	}
+	if got, err := g.ReservationsGet(ctx, "globex", r.ID); err != nil || got.End != reservationsT0.Add(2*time.Hour).UnixMilli() {
+		t.Fatalf("after the refusal = %+v, %v", got, err)
+	}
+}
