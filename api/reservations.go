@@ -406,11 +406,7 @@ func withAllocations(ctx context.Context, tx store.Tx, list []Reservation) error
 // reservationsStarted starts the reservation's workflow once it is placed
 // (the admission's started hook, run after the commit and on every replay).
 func (s *Server) reservationsStarted(ctx context.Context, c *Call) error {
-	var r Reservation
-	err := s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
-		r, err = loadReservation(ctx, tx, c.TenantID, c.Resource.ID, false)
-		return err
-	})
+	r, err := s.readReservation(ctx, c.TenantID, c.Resource.ID)
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func (s *Server) afterRelease(ctx context.Context, c *Call, out any) (any, error
 			return nil, err
 		}
 	}
-	return s.reloadReservation(ctx, r)
+	return s.readReservation(ctx, r.TenantID, r.ID)
 }
 
 func (s *Server) reservationsCancel(ctx context.Context, c *Call, tx store.Tx) (any, error) {
@@ -163,7 +163,7 @@ func (s *Server) afterRenew(ctx context.Context, c *Call, out any) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	r, err = s.reloadReservation(ctx, r)
+	r, err = s.readReservation(ctx, r.TenantID, r.ID)
 	r.LeaseExpiresAt = &deadline
 	return r, err
 }
@@ -319,11 +319,7 @@ func (s *Server) extendUndo(ctx context.Context, c *Call, tx store.Tx) error {
 // holds the end, and a workflow that missed the update reads it when its
 // old end comes.
 func (s *Server) extendStarted(ctx context.Context, c *Call) error {
-	var r Reservation
-	err := s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
-		r, err = loadReservation(ctx, tx, c.TenantID, c.Resource.ID, false)
-		return err
-	})
+	r, err := s.readReservation(ctx, c.TenantID, c.Resource.ID)
 	if err != nil || s.deps.Temporal == nil {
 		return err
 	}
@@ -395,26 +391,34 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool Pool, r
 }
 
 // updateReservation sends the reservation's workflow an update and waits for
-// its result into out. A workflow whose start was lost is started first.
+// its result into out. When no run is found, the workflow is started (its
+// start may have been lost) and the update sent once more.
 // The workflow's INVALID_STATE rejections come back as INVALID_STATE; a
 // Temporal that cannot be reached is UNAVAILABLE.
 func (s *Server) updateReservation(ctx context.Context, r Reservation, name string, out any, args ...any) error {
 	if s.deps.Temporal == nil {
 		return core.Errorf(core.CodeUnavailable, "no workflow engine is configured")
 	}
-	if err := s.ensureReservationWorkflow(ctx, r); err != nil {
-		return core.Wrap(core.CodeUnavailable, err, "could not start reservation "+r.ID+"'s workflow")
-	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	h, err := s.deps.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: r.ID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(ctx, out)
+	update := func() error {
+		h, err := s.deps.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: r.ID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err != nil {
+			return err
+		}
+		return h.Get(ctx, out)
+	}
+	var gone *serviceerror.NotFound
+	err := update()
+	if errors.As(err, &gone) { // no run: its start may have been lost
+		if err := s.ensureReservationWorkflow(ctx, r); err != nil {
+			return core.Wrap(core.CodeUnavailable, err, "could not start reservation "+r.ID+"'s workflow")
+		}
+		err = update()
 	}
 	var app *temporal.ApplicationError
-	var gone *serviceerror.NotFound
 	switch {
 	case err == nil:
 		return nil
@@ -427,9 +431,11 @@ func (s *Server) updateReservation(ctx context.Context, r Reservation, name stri
 	}
 }
 
-func (s *Server) reloadReservation(ctx context.Context, r Reservation) (Reservation, error) {
-	err := s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
-		r, err = loadReservation(ctx, tx, r.TenantID, r.ID, false)
+// readReservation reads a reservation in a read-only transaction of its
+// own, outside the call's (after its commit).
+func (s *Server) readReservation(ctx context.Context, tenantID, id string) (r Reservation, err error) {
+	err = s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
+		r, err = loadReservation(ctx, tx, tenantID, id, false)
 		return err
 	})
 	return r, err

@@ -146,17 +146,20 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 		cancelled = true
 	})
 
-	finish := func(activity, final, reason string) (ReservationResult, error) {
-		finishErr = workflow.ExecuteActivity(ctx, activity, p.TenantID, p.ReservationID).Get(ctx, nil)
-		if finishErr == nil {
-			state = final
+	// finish ends the run once the activity that releases the reservation
+	// returned err, letting a waiting release update answer first.
+	finish := func(err error, reason string) (ReservationResult, error) {
+		finishErr, finished = err, true
+		if err == nil {
+			state = "released"
 		}
-		finished = true
-		// Let a waiting release update answer before the run ends.
 		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 			return ReservationResult{}, err
 		}
 		return ReservationResult{State: state, Reason: reason}, finishErr
+	}
+	release := func(reason string) (ReservationResult, error) {
+		return finish(workflow.ExecuteActivity(ctx, ActivityRelease, p.TenantID, p.ReservationID).Get(ctx, nil), reason)
 	}
 
 	if !p.Active {
@@ -184,21 +187,14 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 
 	for {
 		if releaseRequested {
-			return finish(ActivityRelease, "released", "release")
+			return release("release")
 		}
 		now := workflow.Now(ctx).UnixMilli()
 		if now >= p.End {
 			var end ExpireResult
-			if err := workflow.ExecuteActivity(ctx, ActivityExpire, p.TenantID, p.ReservationID).Get(ctx, &end); err != nil {
-				finishErr, finished = err, true
-				return ReservationResult{State: state}, err
-			}
-			if end.Released {
-				state, finished = "released", true
-				if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-					return ReservationResult{}, err
-				}
-				return ReservationResult{State: state, Reason: "end"}, nil
+			err := workflow.ExecuteActivity(ctx, ActivityExpire, p.TenantID, p.ReservationID).Get(ctx, &end)
+			if err != nil || end.Released {
+				return finish(err, "end")
 			}
 			p.End = end.End // extended, and the update did not reach this run
 			if p.End <= now {
@@ -210,7 +206,7 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 			continue
 		}
 		if leaseMs > 0 && now >= p.LeaseDeadline {
-			return finish(ActivityRelease, "released", "lease")
+			return release("lease")
 		}
 		if renewals >= reservationMaxRenewals {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
