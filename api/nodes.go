@@ -23,14 +23,18 @@ import (
 // computed schedulability with the clauses that fail, and its device and
 // atom counts (live devices; atoms are the bookable ones).
 type Node struct {
-	ID                 string            `json:"id"`
-	TenantID           string            `json:"tenantId"` // the pool's owner
-	PoolID             string            `json:"poolId"`
-	Region             string            `json:"region"`
-	Name               string            `json:"name"`
-	ProvisionState     string            `json:"provisionState"`
-	Maintenance        bool              `json:"maintenance"`
-	Cordoned           bool              `json:"cordoned"`
+	ID             string `json:"id"`
+	TenantID       string `json:"tenantId"` // the pool's owner
+	PoolID         string `json:"poolId"`
+	Region         string `json:"region"`
+	Name           string `json:"name"`
+	ProvisionState string `json:"provisionState"`
+	Maintenance    bool   `json:"maintenance"`
+	Cordoned       bool   `json:"cordoned"`
+	// DrainState is "" (not draining), "draining" or "drained"; DrainMode
+	// "wait" or "release" while a drain is on.
+	DrainState         string            `json:"drainState,omitempty"`
+	DrainMode          string            `json:"drainMode,omitempty"`
 	Power              string            `json:"power"`
 	Connectivity       string            `json:"connectivity"`
 	Conditions         []NodeCondition   `json:"conditions"`
@@ -111,6 +115,8 @@ const (
 	EventDevicesChanged  = "DevicesChanged"
 	EventConditionRaised = "ConditionRaised"
 	EventConditionClear  = "ConditionCleared"
+	EventDraining        = "Draining"
+	EventDrained         = "Drained"
 )
 
 // Limits of nodes.events and inventory.history.
@@ -124,7 +130,7 @@ const (
 const nodeSelect = `SELECT n.id, n.tenant_id, n.pool_id, s.region, n.name, n.provision_state, n.maintenance, n.cordoned,
 	n.power, n.connectivity, n.conditions, n.role, n.trust, n.adapter, n.driver_bindings, n.owner_tenant_id, n.dedicated_to,
 	n.generation, n.observed_generation, n.labels, n.taints, n.no_schedule_reasons, n.hardware_key, n.hardware_key_trusted,
-	n.gpu_model, n.gpu_count, n.created_at, n.updated_at, n.deleted_at,
+	n.gpu_model, n.gpu_count, n.created_at, n.updated_at, n.deleted_at, n.drain_state, n.drain_mode,
 	(SELECT count(*) FROM devices d WHERE d.node_id = n.id AND d.removed_at IS NULL),
 	(SELECT count(*) FROM devices d WHERE d.node_id = n.id AND d.removed_at IS NULL AND d.bookable)
 	FROM nodes n JOIN pools p ON p.id = n.pool_id JOIN sites s ON s.id = p.site_id`
@@ -138,7 +144,7 @@ func scanNode(row pgx.Row) (Node, error) {
 	err := row.Scan(&n.ID, &n.TenantID, &n.PoolID, &n.Region, &n.Name, &n.ProvisionState, &n.Maintenance, &n.Cordoned,
 		&n.Power, &n.Connectivity, &conditions, &n.Role, &n.Trust, &n.Adapter, &bindings, &n.OwnerTenantID, &n.DedicatedTo,
 		&n.Generation, &n.ObservedGeneration, &labels, &taints, &n.NoScheduleReasons, &n.HardwareKey, &n.HardwareKeyTrusted,
-		&n.GPUModel, &n.GPUCount, &created, &updated, &deleted, &devices, &atoms)
+		&n.GPUModel, &n.GPUCount, &created, &updated, &deleted, &n.DrainState, &n.DrainMode, &devices, &atoms)
 	if err != nil {
 		return Node{}, err
 	}
@@ -211,16 +217,7 @@ func (s *Server) loadNodeByID(ctx context.Context, tx store.Tx, id string) (Node
 
 // addNodeEvent appends one event to the node's history.
 func addNodeEvent(ctx context.Context, tx store.Tx, nodeID, typ, message string, details map[string]any) error {
-	if details == nil {
-		details = map[string]any{}
-	}
-	raw, err := json.Marshal(details)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO node_events (id, node_id, type, message, details) VALUES ($1, $2, $3, $4, $5)`,
-		core.NewID("nev"), nodeID, typ, message, string(raw))
-	return err
+	return store.AddNodeEvent(ctx, tx, nodeID, typ, message, details)
 }
 
 // NewNode is what CreateNode needs. Empty axes take the table's defaults:
@@ -412,7 +409,10 @@ func (s *Server) setCordon(ctx context.Context, c *Call, tx store.Tx, cordon boo
 	if err != nil || n.Cordoned == cordon {
 		return n, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE nodes SET cordoned = $2, generation = generation + 1, updated_at = now() WHERE id = $1`, n.ID, cordon); err != nil {
+	// Uncordoning ends a drain too (its workflow then stops).
+	if _, err := tx.Exec(ctx, `UPDATE nodes SET cordoned = $2, generation = generation + 1, updated_at = now(),
+			drain_state = CASE WHEN $2 THEN drain_state ELSE '' END, drain_mode = CASE WHEN $2 THEN drain_mode ELSE '' END
+		WHERE id = $1`, n.ID, cordon); err != nil {
 		return nil, err
 	}
 	typ, msg := EventCordoned, "cordoned"

@@ -18,6 +18,7 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -41,6 +42,27 @@ type Deps struct {
 	// IAMAdmin, when set, is mounted at /api/iam/ (the IAM admin surface).
 	IAMAdmin http.Handler
 	Logger   *slog.Logger
+	// NodeCA signs the certificates of joining nodes; without it the join
+	// endpoints (POST /agent/v1/join, /agent/v1/join/status) answer
+	// UNAVAILABLE "no node CA configured".
+	NodeCA *nodeca.CA
+	// AgentEndpoint is where joined agents open their session
+	// ("https://host:port", the agent listener), told to them at join.
+	AgentEndpoint string
+	// AgentLease is a node session's liveness lease (default
+	// DefaultAgentLease, 40 s); AgentHeartbeat the heartbeat period the
+	// session asks of the agent (default DefaultAgentHeartbeat, 10 s).
+	// Tests shrink them.
+	AgentLease     time.Duration
+	AgentHeartbeat time.Duration
+	// TemporalAddress (host:port) and TemporalNamespace are the Temporal
+	// frontend site agents (`bcd site`) are told to dial at registration;
+	// without them POST /agent/v1/site/register answers UNAVAILABLE.
+	TemporalAddress   string
+	TemporalNamespace string
+	// SiteLease is the ttl of a site agent's boot lease (default
+	// DefaultSiteLease, 30 s). Tests shrink it.
+	SiteLease time.Duration
 }
 
 // ProjectionStatus is what system.selfCheck reads of the projection.
@@ -60,6 +82,8 @@ type Server struct {
 	handlers   map[string]handler
 	engine     *gin.Engine
 	metrics    *metrics
+	// agents are the live node sessions of this process (agentsession.go).
+	agents agentHub
 }
 
 // maxBody bounds a call's JSON input.
@@ -113,6 +137,10 @@ func New(deps Deps) (*Server, error) {
 	})
 	e.POST("/api/compute/:group/:method", s.handleCall)
 	e.GET("/healthz", s.handleHealth)
+	e.POST(AgentJoinPath, s.handleAgentJoin)
+	e.POST(AgentJoinStatusPath, s.handleAgentJoinStatus)
+	e.POST(AgentSiteRegisterPath, s.handleAgentSiteRegister)
+	e.POST(AgentSiteRenewPath, s.handleAgentSiteRenew)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if deps.IAMAdmin != nil {
 		e.Any("/api/iam/*method", gin.WrapH(deps.IAMAdmin))

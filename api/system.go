@@ -38,12 +38,12 @@ func (s *Server) registerHandlers() map[string]handler {
 		"pools.offer":   {run: s.poolsOffer, refresh: true},
 		"pools.unoffer": {run: s.poolsUnoffer, refresh: true},
 
-		// nodes.drain, adopt, revokeIdentity and the SSH certificates stay
-		// planned (the agent's issue).
+		// nodes.adopt and the SSH certificates stay planned.
 		"nodes.list":        {list: s.nodesList},
 		"nodes.get":         {run: s.nodesGet},
 		"nodes.events":      {run: s.nodesEvents},
 		"nodes.cordon":      {run: s.nodesCordon},
+		"nodes.drain":       {run: s.nodesDrain, after: s.afterDrain},
 		"nodes.uncordon":    {run: s.nodesUncordon},
 		"nodes.label":       {run: s.nodesLabel},
 		"nodes.taint":       {run: s.nodesTaint},
@@ -51,9 +51,19 @@ func (s *Server) registerHandlers() map[string]handler {
 		"joinTokens.create": {run: s.joinTokensCreate},
 		"joinTokens.list":   {run: s.joinTokensList},
 		"joinTokens.revoke": {run: s.joinTokensRevoke},
+
+		"joinRequests.list":    {run: s.joinRequestsList},
+		"joinRequests.approve": {run: s.joinRequestsApprove},
+		"joinRequests.reject":  {run: s.joinRequestsReject},
+		"nodes.revokeIdentity": {run: s.nodesRevokeIdentity},
+
 		"inventory.get":     {run: s.inventoryGet},
 		"inventory.history": {run: s.inventoryHistory},
 		"inventory.diff":    {run: s.inventoryDiff},
+		"commands.run":      {run: s.commandsRun},
+		"commands.get":      {run: s.commandsGet},
+		"commands.list":     {run: s.commandsList},
+		"commands.cancel":   {run: s.commandsCancel},
 		"quotas.get":        {run: s.quotasGet},
 		"quotas.set":        {run: s.quotasSet},
 

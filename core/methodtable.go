@@ -648,6 +648,8 @@ var explicitSchemas = map[string][]Field{
 	"nodes.events":   {TenantIDField(), nodeID, listLimit},
 	"nodes.cordon":   {TenantIDField(), nodeID},
 	"nodes.uncordon": {TenantIDField(), nodeID},
+	"nodes.drain": {TenantIDField(), nodeID,
+		{Name: "mode", Type: FieldString, Enum: []string{"wait", "release"}}},
 	"nodes.label": {TenantIDField(), nodeID, {Name: "set", Type: FieldObject, MaxBytes: 16 << 10},
 		{Name: "remove", Type: FieldArray, MaxBytes: 16 << 10}},
 	"nodes.taint": {TenantIDField(), nodeID, {Name: "add", Type: FieldArray, MaxBytes: 16 << 10},
@@ -660,9 +662,31 @@ var explicitSchemas = map[string][]Field{
 	"joinTokens.create": {TenantIDField(), IDField("poolId", "pool", true),
 		{Name: "name", Type: FieldString, MaxLength: 128},
 		{Name: "ttlSeconds", Type: FieldInteger}, {Name: "maxUses", Type: FieldInteger}},
+
+	// Join requests (a pool whose policy.acceptance lists approval) and
+	// node identities (docs/agent-protocol.md).
+	"joinRequests.list": {TenantIDField(), IDField("poolId", "pool", true),
+		{Name: "state", Type: FieldString, Enum: []string{"pending", "approved", "rejected", "expired"}}},
+	"joinRequests.approve": {TenantIDField(), IDField("poolId", "pool", true), IDField("joinRequestId", "jreq", true)},
+	"joinRequests.reject":  {TenantIDField(), IDField("poolId", "pool", true), IDField("joinRequestId", "jreq", true)},
+	"nodes.revokeIdentity": {TenantIDField(), nodeID},
+
 	"inventory.get":     {TenantIDField(), nodeID, {Name: "seq", Type: FieldInteger}},
 	"inventory.history": {TenantIDField(), nodeID, listLimit, {Name: "beforeSeq", Type: FieldInteger}},
 	"inventory.diff":    {TenantIDField(), nodeID, {Name: "fromSeq", Type: FieldInteger}, {Name: "toSeq", Type: FieldInteger}},
+
+	// Node commands (docs/agent-protocol.md, "Commands"). The handler checks
+	// args per kind, notBefore and notAfter (epoch ms; notAfter in the
+	// future, within a year), minGeneration at least 0 and limit in [1, 500].
+	"commands.run": {TenantIDField(), nodeID,
+		{Name: "kind", Type: FieldString, Required: true, Enum: []string{"exec", "cdi.expose", "cdi.withdraw", "inventory.refresh", "reboot"}},
+		{Name: "args", Type: FieldObject, MaxBytes: 64 << 10},
+		{Name: "notBefore", Type: FieldInteger}, {Name: "notAfter", Type: FieldInteger},
+		{Name: "minGeneration", Type: FieldInteger}, optional(IdempotencyKeyField())},
+	"commands.get": {TenantIDField(), nodeID, IDField("commandId", "cmd", true)},
+	"commands.list": {TenantIDField(), nodeID, listLimit, {Name: "state", Type: FieldString,
+		Enum: []string{"queued", "delivered", "running", "succeeded", "failed", "skipped", "cancelled", "expired"}}},
+	"commands.cancel": {TenantIDField(), nodeID, IDField("commandId", "cmd", true)},
 
 	// Capacity. from and to are epoch milliseconds; the handler checks
 	// to > from and buckets in [1, 500]. capacity.preview's devices are

@@ -29,6 +29,7 @@ func startStack(t *testing.T, dir string, pgPort int) *devstack.Stack {
 	s, err := devstack.Start(context.Background(), devstack.Options{
 		Dir:          dir,
 		APIAddr:      "127.0.0.1:0",
+		AgentAddr:    "127.0.0.1:0",
 		PostgresPort: pgPort,
 		TemporalAddr: "127.0.0.1:0",
 		UIAddr:       "127.0.0.1:0",

@@ -26,6 +26,7 @@ type Deps struct {
 func NewControlPlane(c client.Client, deps Deps) worker.Worker {
 	w := worker.New(c, ControlPlaneQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(workflows.HealthCheck, workflow.RegisterOptions{Name: "HealthCheck"})
+	w.RegisterWorkflowWithOptions(workflows.SiteHealthWorkflow, workflow.RegisterOptions{Name: workflows.SiteHealthWorkflowName})
 	w.RegisterActivityWithOptions((&activities.Health{Store: deps.Store}).HealthEcho, activity.RegisterOptions{Name: "HealthEcho"})
 	w.RegisterWorkflowWithOptions(workflows.ReservationWorkflow, workflow.RegisterOptions{Name: workflows.ReservationWorkflowName})
 	res := &activities.Reservations{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue}
@@ -35,6 +36,10 @@ func NewControlPlane(c client.Client, deps Deps) worker.Worker {
 	w.RegisterWorkflowWithOptions(workflows.ReconcileReservationsWorkflow,
 		workflow.RegisterOptions{Name: workflows.ReconcileReservationsWorkflowName})
 	w.RegisterActivityWithOptions(res.Reconcile, activity.RegisterOptions{Name: workflows.ActivityReconcile})
+	w.RegisterWorkflowWithOptions(workflows.NodeDrainWorkflow, workflow.RegisterOptions{Name: workflows.NodeDrainWorkflowName})
+	drain := &activities.Nodes{Store: deps.Store, Temporal: c}
+	w.RegisterActivityWithOptions(drain.DrainStep, activity.RegisterOptions{Name: workflows.ActivityDrainStep})
+	w.RegisterActivityWithOptions(drain.MarkDrained, activity.RegisterOptions{Name: workflows.ActivityMarkDrained})
 	return w
 }
 

@@ -30,6 +30,8 @@ func main() {
 		},
 	})
 	root.AddCommand(inventoryCommand())
+	root.AddCommand(nodeCommand())
+	root.AddCommand(siteCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "bcd:", err)
 		os.Exit(1)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/better-compute/better-compute/internal/controlplane"
+	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/workers"
 )
 
@@ -25,6 +28,11 @@ type config struct {
 	IAMRefreshSecretFile string
 	Temporal             workers.TemporalConfig
 	LogLevel             string
+	// The node agents' side: the node CA, the agent listener and the URL
+	// joining nodes are told.
+	NodeCACert, NodeCAKey string
+	AgentListen           string
+	AgentEndpoint         string
 }
 
 // setting ties one flag to its environment variable.
@@ -49,7 +57,11 @@ func (c *config) settings(withListen bool) []setting {
 		{"iam-refresh-secret-file", "BC_IAM_REFRESH_SECRET_FILE", "file holding the secret that signs refreshes to the IAM host", &c.IAMRefreshSecretFile, ""},
 	}
 	if withListen {
-		s = append(s, setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"})
+		s = append(s, setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"},
+			setting{"node-ca-cert", "BC_NODE_CA_CERT", "node CA certificate (PEM); with its key, nodes can join", &c.NodeCACert, ""},
+			setting{"node-ca-key", "BC_NODE_CA_KEY", "node CA private key (PEM)", &c.NodeCAKey, ""},
+			setting{"agent-listen", "BC_AGENT_LISTEN", "address of the agent listener (mutual TLS); empty: none", &c.AgentListen, ""},
+			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""})
 	}
 	return s
 }
@@ -115,4 +127,43 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// agentSide is the resolved node-agent configuration of `serve`.
+type agentSide struct {
+	ca       *nodeca.CA
+	listen   string
+	endpoint string
+	hosts    []string // the agent listener's certificate names
+}
+
+// agents loads the node CA and works out the agent endpoint; without a CA
+// nodes cannot join and no agent listener runs.
+func (c *config) agents() (agentSide, error) {
+	var a agentSide
+	if (c.NodeCACert == "") != (c.NodeCAKey == "") {
+		return a, errors.New("--node-ca-cert and --node-ca-key go together")
+	}
+	if c.NodeCACert == "" {
+		if c.AgentListen != "" {
+			return a, errors.New("--agent-listen needs the node CA (--node-ca-cert, --node-ca-key)")
+		}
+		return a, nil
+	}
+	ca, err := nodeca.Load(c.NodeCACert, c.NodeCAKey)
+	if err != nil {
+		return a, err
+	}
+	a.ca, a.listen, a.endpoint = ca, c.AgentListen, c.AgentEndpoint
+	if a.endpoint == "" && a.listen != "" {
+		a.endpoint = "https://" + a.listen
+	}
+	if a.endpoint != "" {
+		u, err := url.Parse(a.endpoint)
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+			return a, fmt.Errorf("--agent-endpoint %q is not an https URL", a.endpoint)
+		}
+		a.hosts = []string{u.Hostname()}
+	}
+	return a, nil
 }

@@ -48,6 +48,8 @@ func devCmd() *cobra.Command {
 	f.IntVar(&o.PostgresPort, "postgres-port", 55432, "PostgreSQL port")
 	f.StringVar(&o.TemporalAddr, "temporal", "127.0.0.1:7233", "Temporal frontend address")
 	f.StringVar(&o.UIAddr, "temporal-ui", "127.0.0.1:8233", `Temporal Web UI address ("-" for none)`)
+	f.StringVar(&o.AgentAddr, "agent-listen", "127.0.0.1:8443", "agent listener address (mutual TLS)")
+	f.IntVar(&o.Agents, "agents", 2, "simulated bcd node agents joining the demo pool (-1 for none)")
 	f.BoolVar(&verbose, "verbose", false, "debug logs")
 	return cmd
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
@@ -70,9 +72,14 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			agents, err := cfg.agents()
+			if err != nil {
+				return err
+			}
 			cp, err := controlplane.New(cmd.Context(), controlplane.Config{
 				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant,
-				Logger: b.logger, RemoteIAM: remote,
+				Logger: b.logger, RemoteIAM: remote, NodeCA: agents.ca, AgentEndpoint: agents.endpoint,
+				TemporalAddress: cfg.Temporal.Address, TemporalNamespace: cfg.Temporal.Namespace,
 			})
 			if err != nil {
 				return err
@@ -80,6 +87,18 @@ func serveCmd() *cobra.Command {
 			defer cp.Close()
 			for _, w := range cp.Warnings {
 				b.logger.Warn(w.Message, "warning", w.Code, "subject", w.Subject)
+			}
+			if agents.listen != "" {
+				aln, err := net.Listen("tcp", agents.listen)
+				if err != nil {
+					return fmt.Errorf("agent listener: %w", err)
+				}
+				go func() {
+					if err := cp.ServeAgents(cmd.Context(), aln, agents.hosts); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						b.logger.Error("agent listener", "error", err)
+					}
+				}()
+				b.logger.Info("agent listener", "addr", aln.Addr().String(), "endpoint", agents.endpoint)
 			}
 			b.logger.Info("api listening", "addr", ln.Addr().String())
 			return cp.API.Serve(cmd.Context(), ln)

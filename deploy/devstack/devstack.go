@@ -6,12 +6,15 @@ package devstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -20,6 +23,7 @@ import (
 	"github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/controlplane"
+	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workers"
 )
@@ -33,6 +37,16 @@ type Options struct {
 	PostgresPort int    // default 55432
 	TemporalAddr string // default 127.0.0.1:7233
 	UIAddr       string // default 127.0.0.1:8233; "-" for no UI
+	// AgentAddr is the agent listener (mutual TLS; default 127.0.0.1:8443).
+	AgentAddr string
+	// Agents simulated `bcd node` processes join the demo pool (default 2;
+	// -1 for none); BCD is the bcd binary (default: bcd next to this
+	// executable, and no agents without one).
+	Agents int
+	BCD    string
+	// AgentLease, AgentHeartbeat and LivenessSweep override the node
+	// sessions' liveness settings (40 s, 10 s, 5 s); tests shrink them.
+	AgentLease, AgentHeartbeat, LivenessSweep time.Duration
 	// NoWorker runs no control-plane worker in this process: workflows
 	// wait for a `better-compute worker` started elsewhere (tests that kill
 	// the worker run it as a separate process).
@@ -54,6 +68,12 @@ func (o Options) withDefaults() Options {
 	if o.APIAddr == "" {
 		o.APIAddr = "127.0.0.1:8080"
 	}
+	if o.AgentAddr == "" {
+		o.AgentAddr = "127.0.0.1:8443"
+	}
+	if o.Agents == 0 {
+		o.Agents = 2
+	}
 	if o.PostgresPort == 0 {
 		o.PostgresPort = 55432
 	}
@@ -74,19 +94,25 @@ func (o Options) withDefaults() Options {
 
 // Stack is a running dev stack.
 type Stack struct {
-	opts        Options
-	postgres    *postgres.Cluster
-	temporal    *temporal.Server
-	store       *store.Store
-	client      client.Client
-	worker      worker.Worker
-	cp          *controlplane.ControlPlane
-	tokens      iam.BootstrapResult
-	demo        DemoFleet
-	apiURL      string
-	stopAPI     context.CancelFunc
-	apiStopped  chan error
-	databaseURL string
+	opts     Options
+	postgres *postgres.Cluster
+	temporal *temporal.Server
+	store    *store.Store
+	client   client.Client
+	worker   worker.Worker
+	cp       *controlplane.ControlPlane
+	tokens   iam.BootstrapResult
+	demo     DemoFleet
+	apiURL   string
+	agentURL string
+	agents   []*agentProcess
+	// stopAgentListener ends ServeAgents; agentListenerStopped closes when
+	// it has.
+	stopAgentListener    context.CancelFunc
+	agentListenerStopped chan struct{}
+	stopAPI              context.CancelFunc
+	apiStopped           chan error
+	databaseURL          string
 }
 
 // Start brings the stack up, in dependency order. On any failure it stops
@@ -157,11 +183,33 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return s, err
 	}
 
-	if s.cp, err = controlplane.New(ctx, controlplane.Config{
-		Store: s.store, Temporal: s.client, TaskQueue: workers.ControlPlaneQueue, Logger: log,
-	}); err != nil {
+	ca, err := nodeca.LoadOrGenerate(filepath.Join(o.Dir, "node-ca"))
+	if err != nil {
 		return s, err
 	}
+	agentLn, err := net.Listen("tcp", o.AgentAddr)
+	if err != nil {
+		return s, fmt.Errorf("agent listener: %w", err)
+	}
+	s.agentURL = "https://" + agentLn.Addr().String()
+	if s.cp, err = controlplane.New(ctx, controlplane.Config{
+		Store: s.store, Temporal: s.client, TaskQueue: workers.ControlPlaneQueue, Logger: log,
+		NodeCA: ca, AgentEndpoint: s.agentURL,
+		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
+		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace,
+	}); err != nil {
+		agentLn.Close()
+		return s, err
+	}
+	agentHost, _, _ := net.SplitHostPort(agentLn.Addr().String())
+	agentCtx, stopAgentListener := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopAgentListener, s.agentListenerStopped = stopAgentListener, make(chan struct{})
+	go func() {
+		defer close(s.agentListenerStopped)
+		if err := s.cp.ServeAgents(agentCtx, agentLn, []string{agentHost}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("agent listener", "error", err)
+		}
+	}()
 	if err = s.bootstrapIAM(ctx); err != nil {
 		return s, err
 	}
@@ -176,6 +224,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err = s.seedDemoFleet(ctx); err != nil {
 		return s, err
 	}
+	if err = s.startAgents(ctx); err != nil {
+		return s, err
+	}
 
 	if err = s.writeEnv(); err != nil {
 		return s, err
@@ -186,6 +237,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 // Stop stops everything Start started, in reverse order; it is safe on a
 // partly started stack and idempotent.
 func (s *Stack) Stop(ctx context.Context) {
+	s.stopAgents()
+	if s.stopAgentListener != nil {
+		s.stopAgentListener()
+		<-s.agentListenerStopped
+		s.stopAgentListener = nil
+	}
 	if s.stopAPI != nil {
 		s.stopAPI()
 		<-s.apiStopped
@@ -221,6 +278,7 @@ func (s *Stack) Stop(ctx context.Context) {
 
 // URLs of the running stack.
 func (s *Stack) APIURL() string        { return s.apiURL }
+func (s *Stack) AgentURL() string      { return s.agentURL }
 func (s *Stack) DatabaseURL() string   { return s.databaseURL }
 func (s *Stack) TemporalAddr() string  { return s.temporal.FrontendAddr() }
 func (s *Stack) TemporalUI() string    { return s.temporal.UIURL() }
@@ -230,6 +288,8 @@ func (s *Stack) Client() client.Client { return s.client }
 func (s *Stack) env() [][2]string {
 	return [][2]string{
 		{"BC_API_URL", s.apiURL},
+		{"BC_AGENT_ENDPOINT", s.agentURL},
+		{"BC_NODE_CA_CERT", filepath.Join(s.opts.Dir, "node-ca", nodeca.CertFile)},
 		{"BC_DATABASE_URL", s.databaseURL},
 		{"BC_TEMPORAL_ADDRESS", s.temporal.FrontendAddr()},
 		{"BC_TEMPORAL_NAMESPACE", Namespace},
@@ -313,6 +373,7 @@ func (s *Stack) Banner() string {
 		{"API", s.apiURL + "/api/compute/<group>/<method>"},
 		{"Health", s.apiURL + "/healthz"},
 		{"Metrics", s.apiURL + "/metrics"},
+		{"Agents", s.agentURL + " (mutual TLS; " + fmt.Sprint(len(s.agents)) + " simulated bcd node agents, logs in " + filepath.Join(s.opts.Dir, "agents") + ")"},
 		{"Temporal UI", s.temporal.UIURL()},
 		{"Temporal gRPC", s.temporal.FrontendAddr() + " (namespace " + Namespace + ")"},
 		{"PostgreSQL", s.databaseURL},

@@ -6,16 +6,20 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -29,6 +33,22 @@ type Config struct {
 	// RemoteIAM, when set, decides through an IAM host over HTTP instead of
 	// the embedded IAM; the admin surface is then the host's.
 	RemoteIAM *RemoteIAM
+	// NodeCA signs joining nodes' certificates and verifies them on the
+	// agent listener (ServeAgents); without it nodes cannot join.
+	NodeCA *nodeca.CA
+	// AgentEndpoint is the agent listener's URL told to joining nodes
+	// ("https://host:port").
+	AgentEndpoint string
+	// LivenessSweep is how often this process moves nodes whose liveness
+	// lease lapsed to unreachable and then lost (default 5 s; every API
+	// process sweeps, the updates are idempotent).
+	LivenessSweep time.Duration
+	// AgentLease and AgentHeartbeat override the session's liveness lease
+	// (40 s) and heartbeat period (10 s); tests shrink them.
+	AgentLease, AgentHeartbeat time.Duration
+	// TemporalAddress and TemporalNamespace are told to registering site
+	// agents (`bcd site`), which run their workers there.
+	TemporalAddress, TemporalNamespace string
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -51,8 +71,9 @@ type ControlPlane struct {
 	// Warnings are the registry's start-up findings (`doctor` prints them).
 	Warnings []core.Warning
 
-	stop func()
-	wg   sync.WaitGroup
+	nodeCA *nodeca.CA
+	stop   func()
+	wg     sync.WaitGroup
 }
 
 // New loads the authorization projection (so the first decision does not
@@ -117,6 +138,9 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		IAM: caching.Port(), Catalog: catalog, Registry: registry, RootTenant: cfg.RootTenant,
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
+		NodeCA: cfg.NodeCA, AgentEndpoint: cfg.AgentEndpoint,
+		AgentLease: cfg.AgentLease, AgentHeartbeat: cfg.AgentHeartbeat,
+		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace,
 	})
 	if err != nil {
 		return nil, err
@@ -125,7 +149,37 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	cp := &ControlPlane{API: srv, IAM: caching, Admin: admin, Projection: projection, Catalog: catalog, Warnings: warnings, stop: stop}
 	cp.wg.Go(func() { _ = projection.Run(runCtx) })
 	cp.wg.Go(func() { caching.FollowEvents(runCtx, cfg.Store, cfg.Logger.With("component", "iam-events"), nil) })
+	sweep := cfg.LivenessSweep
+	if sweep <= 0 {
+		sweep = 5 * time.Second
+	}
+	cp.wg.Go(func() { srv.RunLivenessSweeper(runCtx, sweep) })
+	cp.nodeCA = cfg.NodeCA
 	return cp, nil
+}
+
+// ServeAgents serves the agent listener on ln until ctx ends: TLS 1.3 with
+// a server certificate for hosts from the node CA, client certificates of
+// the node CA required, and the node sessions over HTTP/2.
+func (cp *ControlPlane) ServeAgents(ctx context.Context, ln net.Listener, hosts []string) error {
+	if cp.nodeCA == nil {
+		return errors.New("agent listener: no node CA configured")
+	}
+	tlsConfig, err := api.AgentTLSConfig(cp.nodeCA, hosts)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: cp.API.AgentHandler(), TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		// Sessions are long-lived streams: close them; agents reconnect to
+		// another replica.
+		return srv.Close()
+	}
 }
 
 // WarnIAMRefresh is doctor's warning for a remote IAM without signed refresh.

@@ -144,7 +144,7 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 		return fail(err)
 	}
 	stack, err = devstack.Start(ctx, devstack.Options{
-		Dir: dir, APIAddr: "127.0.0.1:0", PostgresPort: pgPort, TemporalAddr: "127.0.0.1:0", UIAddr: "-", Logger: logger,
+		Dir: dir, APIAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0", Agents: -1, PostgresPort: pgPort, TemporalAddr: "127.0.0.1:0", UIAddr: "-", Logger: logger,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("devstack: %w", err))

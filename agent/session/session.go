@@ -1,0 +1,554 @@
+// Package session is the agent's side of the node session
+// (docs/agent-protocol.md, "The session"): one full-duplex HTTP/2 request to
+// the agent listener over mutual TLS, carrying hello, heartbeats, inventory
+// and command results up and welcome, commands and cancels down, each a
+// JSON object on its own line. Run keeps a session open, reconnecting with
+// capped exponential backoff and jitter, until its context ends.
+package session
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/better-compute/better-compute/agent/commands"
+	"github.com/better-compute/better-compute/agent/join"
+	"github.com/better-compute/better-compute/agent/nodespec"
+	"github.com/better-compute/better-compute/core/inventory"
+)
+
+// Path is the session endpoint, under the identity's agent endpoint.
+const Path = "/agent/v1/session"
+
+// Defaults of Options.
+const (
+	DefaultMinBackoff = time.Second
+	DefaultMaxBackoff = time.Minute
+	// defaultHeartbeat applies when welcome names no period.
+	defaultHeartbeat = 10 * time.Second
+	maxFrame         = 16 << 20
+)
+
+// Options configures Run.
+type Options struct {
+	// Identity is the node's certificate, the node CA and the endpoint.
+	Identity join.Identity
+	// StateDir is the agent's state directory (the executor keeps its
+	// last executed seq there).
+	StateDir string
+	// Executor runs commands one at a time; nil answers every command
+	// failed. When its RefreshInventory is nil, Run sets it to send a
+	// fresh inventory frame on the live session.
+	Executor *commands.Executor
+	// Inventory collects the node's inventory; nil sends none.
+	Inventory func(ctx context.Context) (*inventory.NodeInventory, error)
+	// AgentVersion goes in hello, e.g. "bcd/0.1.0".
+	AgentVersion string
+	// HTTPClient dials the agent listener; nil builds an HTTP/2 client
+	// from the identity (TLS 1.3, the node certificate, the node CA).
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	// MinBackoff and MaxBackoff bound the wait between attempts
+	// (DefaultMinBackoff, DefaultMaxBackoff); tests shrink them.
+	MinBackoff, MaxBackoff time.Duration
+	// Now is the agent's clock (time.Now); tests skew it.
+	Now func() time.Time
+	// NodeSpec keeps the NodeSpec the agent converged on; spec frames are
+	// applied to it and answered with an observed frame. Nil ignores them.
+	NodeSpec *nodespec.Store
+}
+
+// StatusError is a session the listener refused: 401 and 403 mean the
+// certificate is unknown, expired or revoked.
+type StatusError struct {
+	Code int
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("session refused: HTTP %d: %s", e.Code, strings.TrimSpace(e.Body))
+}
+
+// Frames. Agent → server.
+type helloFrame struct {
+	Type               string `json:"type"`
+	AgentVersion       string `json:"agentVersion"`
+	LastExecutedSeq    int64  `json:"lastExecutedSeq"`
+	ObservedGeneration int64  `json:"observedGeneration"`
+	InventoryDigest    string `json:"inventoryDigest"`
+	Clock              int64  `json:"clock"`
+}
+
+type heartbeatFrame struct {
+	Type  string `json:"type"`
+	Clock int64  `json:"clock"`
+}
+
+type inventoryFrame struct {
+	Type     string                   `json:"type"`
+	Document *inventory.NodeInventory `json:"document"`
+}
+
+type resultFrame struct {
+	Type      string `json:"type"`
+	Seq       int64  `json:"seq"`
+	State     string `json:"state"`
+	ExitCode  *int   `json:"exitCode,omitempty"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Error     string `json:"error"`
+	Truncated bool   `json:"truncated"`
+}
+
+// serverFrame is every frame the server sends; Type says which fields count.
+type serverFrame struct {
+	Type string `json:"type"`
+	// welcome
+	NodeID           string `json:"nodeId"`
+	Epoch            int64  `json:"epoch"`
+	HeartbeatSeconds int    `json:"heartbeatSeconds"`
+	LeaseSeconds     int    `json:"leaseSeconds"`
+	InventoryDigest  string `json:"inventoryDigest"`
+	// command, cancel
+	Seq           int64           `json:"seq"`
+	ID            string          `json:"id"`
+	Kind          string          `json:"kind"`
+	Args          json.RawMessage `json:"args"`
+	NotBefore     int64           `json:"notBefore"`
+	NotAfter      int64           `json:"notAfter"`
+	MinGeneration int64           `json:"minGeneration"`
+	// spec
+	Generation int64         `json:"generation"`
+	Spec       nodespec.Spec `json:"spec"`
+}
+
+type observedFrame struct {
+	Type       string `json:"type"`
+	Generation int64  `json:"generation"`
+}
+
+// Run holds the node's session until ctx ends (it then answers nil),
+// reconnecting after every failure with capped exponential backoff plus
+// jitter. A refused session (401, 403: the identity is revoked) is logged
+// and retried the same way.
+func Run(ctx context.Context, o Options) error {
+	if o.Identity.AgentEndpoint == "" {
+		return errors.New("session: the identity names no agent endpoint")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(DefaultMaxBackoff, o.MinBackoff)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = NewHTTPClient(o.Identity)
+	}
+	r := &runner{o: o, log: o.Logger.With("node", o.Identity.NodeID), q: newQueue(0)}
+	if o.Executor != nil {
+		if o.Executor.RefreshInventory == nil {
+			o.Executor.RefreshInventory = r.refreshInventory
+		}
+		last, err := o.Executor.LastExecuted()
+		if err != nil {
+			return fmt.Errorf("session: last executed seq: %w", err)
+		}
+		r.q.raise(last)
+	}
+	// One executor across sessions: a dropped connection neither stops a
+	// running command nor holds up the reconnect.
+	execDone := make(chan struct{})
+	go func() {
+		defer close(execDone)
+		r.execute(ctx)
+	}()
+	defer func() { <-execDone }()
+	backoff := o.MinBackoff
+	for {
+		welcomed, err := r.once(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if welcomed {
+			backoff = o.MinBackoff
+		}
+		var se *StatusError
+		switch {
+		case errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden):
+			r.log.Error("session refused: the node identity is revoked, expired or unknown; retrying", "error", err)
+		default:
+			r.log.Warn("session ended; reconnecting", "error", err, "in", backoff)
+		}
+		// Jitter: a wait in [backoff/2, backoff].
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, o.MaxBackoff)
+	}
+}
+
+// NewHTTPClient is an HTTP/2 client presenting the identity's certificate
+// and trusting only the node CA.
+func NewHTTPClient(id join.Identity) *http.Client {
+	tlsConf := id.TLSConfig()
+	tlsConf.NextProtos = []string{"h2"}
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig:     tlsConf,
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: 15 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+}
+
+// runner is Run's state across sessions.
+type runner struct {
+	o   Options
+	log *slog.Logger
+	q   *queue
+	mu  sync.Mutex
+	cur *conn // the live session
+	// unsent are results no session took yet: sent after the next welcome
+	// (recording a result is idempotent on the server).
+	unsent []resultFrame
+}
+
+// result sends a command's result on the live session, or keeps it for
+// the next.
+func (r *runner) result(f resultFrame) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil && len(r.unsent) == 0 {
+		if err := r.cur.send(f); err == nil {
+			return
+		}
+	}
+	r.unsent = append(r.unsent, f)
+}
+
+// attach makes c the live session and sends it the results kept.
+func (r *runner) attach(c *conn) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cur = c
+	for len(r.unsent) > 0 {
+		if err := c.send(r.unsent[0]); err != nil {
+			return err
+		}
+		r.unsent = r.unsent[1:]
+	}
+	return nil
+}
+
+// refreshInventory is the executor's inventory.refresh: a fresh inventory
+// frame on the live session.
+func (r *runner) refreshInventory(ctx context.Context) error {
+	r.mu.Lock()
+	c := r.cur
+	r.mu.Unlock()
+	if c == nil {
+		return errors.New("no live session")
+	}
+	if r.o.Inventory == nil {
+		return errors.New("no inventory source")
+	}
+	inv, err := r.o.Inventory(ctx)
+	if err != nil {
+		return err
+	}
+	return c.send(inventoryFrame{Type: "inventory", Document: inv})
+}
+
+// conn is one session's stream.
+type conn struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	pw  *io.PipeWriter
+}
+
+func (c *conn) send(v any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.enc.Encode(v)
+}
+
+// once runs one session; welcomed says whether the server welcomed it.
+func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
+	o := r.o
+	var lastExecuted, observed int64
+	if o.Executor != nil {
+		if lastExecuted, err = o.Executor.LastExecuted(); err != nil {
+			return false, fmt.Errorf("last executed seq: %w", err)
+		}
+		if o.Executor.ObservedGeneration != nil {
+			observed = o.Executor.ObservedGeneration()
+		}
+	}
+	var inv *inventory.NodeInventory
+	var digest string
+	if o.Inventory != nil {
+		if inv, err = o.Inventory(ctx); err != nil {
+			r.log.Warn("inventory: collect failed; the session goes on without it", "error", err)
+			inv = nil
+		} else if h, err := inventory.Hash(inv); err == nil {
+			digest = h.Digest
+		}
+	}
+
+	// The request outlives ctx by a moment: on ctx's end the agent closes
+	// its side and lets the server end the stream.
+	reqCtx, cancelReq := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReq()
+	pr, pw := io.Pipe()
+	c := &conn{enc: json.NewEncoder(pw), pw: pw}
+	defer pw.Close()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, strings.TrimSuffix(o.Identity.AgentEndpoint, "/")+Path, pr)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	stop := context.AfterFunc(ctx, cancelReq)
+	resp, err := o.HTTPClient.Do(req)
+	stop()
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return false, &StatusError{Code: resp.StatusCode, Body: string(body)}
+	}
+	if resp.ProtoMajor != 2 {
+		return false, fmt.Errorf("the agent listener answered %s, not HTTP/2", resp.Proto)
+	}
+
+	// Hello goes out while the response is read: the pipe blocks until the
+	// transport takes it.
+	sessCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel(nil)
+	go func() {
+		<-sessCtx.Done()
+		// Our side ends; the server ends its side, or the request is
+		// reset after a moment.
+		_ = pw.Close()
+		t := time.AfterFunc(2*time.Second, cancelReq)
+		<-reqCtx.Done()
+		t.Stop()
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.send(helloFrame{Type: "hello", AgentVersion: o.AgentVersion, LastExecutedSeq: lastExecuted,
+			ObservedGeneration: observed, InventoryDigest: digest, Clock: o.Now().UnixMilli()}); err != nil {
+			cancel(fmt.Errorf("send hello: %w", err))
+		}
+	}()
+
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), maxFrame)
+	var welcome serverFrame
+	if !sc.Scan() {
+		return false, fmt.Errorf("no welcome: %w", scanErr(sc))
+	}
+	if err := json.Unmarshal(sc.Bytes(), &welcome); err != nil || welcome.Type != "welcome" {
+		return false, fmt.Errorf("the first frame is not welcome: %q", sc.Text())
+	}
+	r.log.Info("session started", "epoch", welcome.Epoch)
+	r.q.raise(lastExecuted)
+	if err := r.attach(c); err != nil {
+		cancel(fmt.Errorf("send results: %w", err))
+	}
+	defer func() {
+		r.mu.Lock()
+		if r.cur == c {
+			r.cur = nil
+		}
+		r.mu.Unlock()
+	}()
+
+	// Heartbeats.
+	period := time.Duration(welcome.HeartbeatSeconds) * time.Second
+	if period <= 0 {
+		period = defaultHeartbeat
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-sessCtx.Done():
+				return
+			case <-t.C:
+				if err := c.send(heartbeatFrame{Type: "heartbeat", Clock: o.Now().UnixMilli()}); err != nil {
+					cancel(fmt.Errorf("send heartbeat: %w", err))
+					return
+				}
+			}
+		}
+	}()
+
+	// The inventory, when the server's differs.
+	if inv != nil && digest != welcome.InventoryDigest {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.send(inventoryFrame{Type: "inventory", Document: inv}); err != nil {
+				cancel(fmt.Errorf("send inventory: %w", err))
+			}
+		}()
+	}
+
+	for sc.Scan() {
+		var f serverFrame
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			cancel(fmt.Errorf("bad frame: %w", err))
+			break
+		}
+		switch f.Type {
+		case "command":
+			r.q.push(commands.Command{Seq: f.Seq, ID: f.ID, Kind: f.Kind, Args: f.Args, NotBefore: f.NotBefore,
+				NotAfter: f.NotAfter, MinGeneration: f.MinGeneration})
+		case "cancel":
+			r.q.cancel(f.Seq)
+		case "spec":
+			if o.NodeSpec == nil {
+				continue
+			}
+			g, err := o.NodeSpec.Apply(f.Generation, f.Spec)
+			if err != nil {
+				r.log.Error("session: applying the node spec", "generation", f.Generation, "error", err)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.send(observedFrame{Type: "observed", Generation: g}); err != nil {
+					cancel(fmt.Errorf("send observed: %w", err))
+				}
+			}()
+		default:
+			r.log.Warn("session: unknown frame", "type", f.Type)
+		}
+	}
+	err = scanErr(sc)
+	cancel(err)
+	if cause := context.Cause(sessCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	return true, err
+}
+
+func scanErr(sc *bufio.Scanner) error {
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return io.EOF
+}
+
+// execute runs queued commands in order, across sessions, until ctx
+// ends, and hands their results to the live session.
+func (r *runner) execute(ctx context.Context) {
+	for {
+		cmd, cancelled, ok := r.q.next(ctx)
+		if !ok {
+			return
+		}
+		var res commands.Result
+		switch {
+		case cancelled:
+			res = commands.Result{Seq: cmd.Seq, State: "skipped", Error: "cancelled before it ran"}
+		case r.o.Executor == nil:
+			res = commands.Result{Seq: cmd.Seq, State: "failed", Error: "this agent runs no commands"}
+		default:
+			res = r.o.Executor.Run(ctx, cmd)
+		}
+		r.result(resultFrame{Type: "result", Seq: cmd.Seq, State: res.State, ExitCode: res.ExitCode,
+			Stdout: res.Stdout, Stderr: res.Stderr, Error: res.Error, Truncated: res.Truncated})
+	}
+}
+
+// queue holds a session's delivered commands in seq order; a seq at or
+// below the last queued one (a redelivery) is dropped.
+type queue struct {
+	mu        sync.Mutex
+	items     []commands.Command
+	last      int64
+	cancelled map[int64]bool
+	wake      chan struct{}
+}
+
+func newQueue(last int64) *queue {
+	return &queue{last: last, cancelled: map[int64]bool{}, wake: make(chan struct{}, 1)}
+}
+
+func (q *queue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queue) push(c commands.Command) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c.Seq <= q.last {
+		return
+	}
+	q.last = c.Seq
+	q.items = append(q.items, c)
+	q.signal()
+}
+
+func (q *queue) cancel(seq int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.cancelled[seq] = true
+}
+
+// raise drops redeliveries at or below seq (the executor's last).
+func (q *queue) raise(seq int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.last = max(q.last, seq)
+}
+
+func (q *queue) next(ctx context.Context) (commands.Command, bool, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			c := q.items[0]
+			q.items = q.items[1:]
+			cancelled := q.cancelled[c.Seq]
+			q.mu.Unlock()
+			return c, cancelled, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return commands.Command{}, false, false
+		case <-q.wake:
+		}
+	}
+}

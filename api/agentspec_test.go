@@ -1,0 +1,60 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/core/nodes"
+)
+
+// The session sends the NodeSpec after welcome and again when its
+// generation moves; the generation the agent reports observing becomes the
+// node's observedGeneration, which schedulability needs.
+func TestAgentSessionNodeSpec(t *testing.T) {
+	ae := newAgentEnv(t, time.Minute, "")
+	ctx := context.Background()
+	// A joined node has observed nothing yet.
+	n := ae.env.node(api.NewNode{PoolID: ae.pool.ID, Name: "gpu-2", ProvisionState: nodes.Adopted, Role: nodes.RoleHost,
+		Power: nodes.PowerOn}, nil)
+	id := ae.issue(n.ID, true)
+	c := ae.client(ae.boot.UserToken)
+
+	rs, _ := ae.open(id)
+	rs.send(hello(time.Now()))
+	rs.next("welcome")
+	spec := rs.next("spec")
+	gen := spec["generation"].(float64)
+	if gen < 1 || spec["spec"].(map[string]any)["cordoned"] != false {
+		t.Fatalf("spec frame %v", spec)
+	}
+	if got, err := c.NodesGet(ctx, "acme", n.ID); err != nil || got.ObservedGeneration != 0 || got.Schedulable {
+		t.Fatalf("before observing: %+v, %v", got, err)
+	}
+	// A generation the node never had is ignored; the one sent is taken.
+	rs.send(map[string]any{"type": "observed", "generation": gen + 5})
+	rs.send(map[string]any{"type": "observed", "generation": gen})
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		got, err := c.NodesGet(ctx, "acme", n.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ObservedGeneration == int64(gen) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("observedGeneration %d, want %v", got.ObservedGeneration, gen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Cordoning moves the generation: the next heartbeat brings the new spec.
+	if _, err := c.NodesCordon(ctx, "acme", n.ID); err != nil {
+		t.Fatal(err)
+	}
+	rs.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
+	next := rs.next("spec")
+	if next["generation"].(float64) <= gen || next["spec"].(map[string]any)["cordoned"] != true {
+		t.Fatalf("spec after the cordon %v", next)
+	}
+}

@@ -1,0 +1,432 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/store"
+)
+
+// Command is a node command as the API returns it (docs/agent-protocol.md,
+// "Commands"). Times are epoch milliseconds.
+type Command struct {
+	ID            string          `json:"id"`
+	NodeID        string          `json:"nodeId"`
+	TenantID      string          `json:"tenantId"`
+	Seq           int64           `json:"seq"`
+	Kind          string          `json:"kind"`
+	Args          json.RawMessage `json:"args"`
+	State         string          `json:"state"`
+	NotBefore     *int64          `json:"notBefore,omitempty"`
+	NotAfter      *int64          `json:"notAfter,omitempty"`
+	MinGeneration *int64          `json:"minGeneration,omitempty"`
+	ExitCode      *int            `json:"exitCode,omitempty"`
+	Stdout        string          `json:"stdout"`
+	Stderr        string          `json:"stderr"`
+	Error         string          `json:"error"`
+	Truncated     bool            `json:"truncated"`
+	CreatedBy     string          `json:"createdBy"`
+	CreatedAt     int64           `json:"createdAt"`
+	DeliveredAt   *int64          `json:"deliveredAt,omitempty"`
+	FinishedAt    *int64          `json:"finishedAt,omitempty"`
+	// CancelRequestedAt: commands.cancel of a delivered command; the agent
+	// is told to stop it, and its result is still recorded.
+	CancelRequestedAt *int64 `json:"cancelRequestedAt,omitempty"`
+}
+
+// CommandList is commands.list's answer, newest (highest seq) first.
+type CommandList struct {
+	Items []Command `json:"items"`
+}
+
+// Command kinds, as commands.run takes them.
+const (
+	CommandExec             = store.CommandExec
+	CommandCDIExpose        = store.CommandCDIExpose
+	CommandCDIWithdraw      = store.CommandCDIWithdraw
+	CommandInventoryRefresh = store.CommandInventoryRefresh
+	CommandReboot           = store.CommandReboot
+)
+
+// commands.run's bounds.
+const (
+	defaultCommandLimit = 100
+	maxCommandLimit     = 500
+	maxExecTimeout      = 3600
+	maxExecArgs         = 256
+	maxExecArgBytes     = 4096
+	maxExecEnv          = 128
+	maxCDIDevices       = 64
+	// notBefore and notAfter at most this far ahead.
+	maxCommandHorizon = 366 * 24 * time.Hour
+)
+
+var (
+	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	// cdiKindPattern is a CDI kind, vendor/class (the CDI spec's grammar).
+	cdiKindPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$`)
+)
+
+func commandOf(c store.NodeCommand) Command {
+	args := c.Args
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	return Command{ID: c.ID, NodeID: c.NodeID, TenantID: c.TenantID, Seq: c.Seq, Kind: c.Kind, Args: args, State: c.State,
+		NotBefore: msPtr(c.NotBefore), NotAfter: msPtr(c.NotAfter), MinGeneration: c.MinGeneration, ExitCode: c.ExitCode,
+		Stdout: c.Stdout, Stderr: c.Stderr, Error: c.Error, Truncated: c.Truncated, CreatedBy: c.CreatedBy,
+		CreatedAt: c.CreatedAt.UnixMilli(), DeliveredAt: msPtr(c.DeliveredAt), FinishedAt: msPtr(c.FinishedAt),
+		CancelRequestedAt: msPtr(c.CancelRequestedAt)}
+}
+
+// ExecArgs are an exec command's args: argv run directly (no shell), a
+// timeout in seconds (default 60, at most 3600) and extra environment.
+type ExecArgs struct {
+	Argv           []string          `json:"argv"`
+	TimeoutSeconds int64             `json:"timeoutSeconds,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+}
+
+// CDIExposeArgs are a cdi.expose command's args as stored: the reservation
+// whose devices the CDI spec names, the GPU indices (the API resolves
+// device ids to them) and the CDI kind (default nvidia.com/gpu).
+type CDIExposeArgs struct {
+	ReservationID string `json:"reservationId"`
+	Devices       []int  `json:"devices"`
+	Kind          string `json:"kind,omitempty"`
+}
+
+// CDIWithdrawArgs are a cdi.withdraw command's args.
+type CDIWithdrawArgs struct {
+	ReservationID string `json:"reservationId"`
+}
+
+// argsObject reads args as an object whose keys are exactly among allowed
+// (encoding/json would match them case-insensitively).
+func argsObject(raw json.RawMessage, allowed ...string) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return map[string]json.RawMessage{}, nil
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return nil, badField("args", "type", "args must be an object")
+	}
+	for k := range obj {
+		if !strings.Contains(","+strings.Join(allowed, ",")+",", ","+k+",") {
+			return nil, badField("args."+k, "unknown", "args of this kind have no field %q", k)
+		}
+	}
+	return obj, nil
+}
+
+func argField(obj map[string]json.RawMessage, name string, v any, required bool) (bool, error) {
+	raw, ok := obj[name]
+	if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		if required {
+			return false, badField("args."+name, "required", "args.%s is required", name)
+		}
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, badField("args."+name, "type", "args.%s has the wrong type", name)
+	}
+	return true, nil
+}
+
+// commandArgs checks a kind's args and answers them as stored. cdi.expose's
+// device ids are resolved to their GPU's index on the node.
+func (s *Server) commandArgs(ctx context.Context, tx store.Tx, nodeID, kind string, raw json.RawMessage) (any, error) {
+	switch kind {
+	case CommandExec:
+		obj, err := argsObject(raw, "argv", "timeoutSeconds", "env")
+		if err != nil {
+			return nil, err
+		}
+		var a ExecArgs
+		if _, err := argField(obj, "argv", &a.Argv, true); err != nil {
+			return nil, err
+		}
+		if len(a.Argv) == 0 || a.Argv[0] == "" || len(a.Argv) > maxExecArgs {
+			return nil, badField("args.argv", "range", "args.argv must hold 1 to %d arguments, the first not empty", maxExecArgs)
+		}
+		for _, arg := range a.Argv {
+			if len(arg) > maxExecArgBytes || strings.ContainsRune(arg, 0) {
+				return nil, badField("args.argv", "range", "an argument is at most %d bytes, without NUL", maxExecArgBytes)
+			}
+		}
+		if ok, err := argField(obj, "timeoutSeconds", &a.TimeoutSeconds, false); err != nil {
+			return nil, err
+		} else if ok && (a.TimeoutSeconds < 1 || a.TimeoutSeconds > maxExecTimeout) {
+			return nil, badField("args.timeoutSeconds", "range", "args.timeoutSeconds must be in [1, %d]", maxExecTimeout)
+		}
+		if _, err := argField(obj, "env", &a.Env, false); err != nil {
+			return nil, err
+		}
+		if len(a.Env) > maxExecEnv {
+			return nil, badField("args.env", "range", "args.env has at most %d variables", maxExecEnv)
+		}
+		for k, v := range a.Env {
+			if !envNamePattern.MatchString(k) || len(v) > maxExecArgBytes || strings.ContainsRune(v, 0) {
+				return nil, badField("args.env", "pattern", "args.env: %q is not a variable name, or its value is too long", k)
+			}
+		}
+		return a, nil
+	case CommandCDIExpose:
+		obj, err := argsObject(raw, "reservationId", "devices", "kind")
+		if err != nil {
+			return nil, err
+		}
+		var a CDIExposeArgs
+		if err := reservationArg(obj, &a.ReservationID); err != nil {
+			return nil, err
+		}
+		var devices []json.RawMessage
+		if _, err := argField(obj, "devices", &devices, true); err != nil {
+			return nil, err
+		}
+		if len(devices) == 0 || len(devices) > maxCDIDevices {
+			return nil, badField("args.devices", "range", "args.devices must name 1 to %d devices", maxCDIDevices)
+		}
+		seen := map[int]bool{}
+		for _, d := range devices {
+			idx, err := s.gpuIndex(ctx, tx, nodeID, d)
+			if err != nil {
+				return nil, err
+			}
+			if seen[idx] {
+				return nil, badField("args.devices", "duplicate", "args.devices names GPU %d twice", idx)
+			}
+			seen[idx] = true
+			a.Devices = append(a.Devices, idx)
+		}
+		if _, err := argField(obj, "kind", &a.Kind, false); err != nil {
+			return nil, err
+		}
+		if a.Kind != "" && !cdiKindPattern.MatchString(a.Kind) {
+			return nil, badField("args.kind", "pattern", "args.kind must be a CDI kind, vendor/class (nvidia.com/gpu)")
+		}
+		return a, nil
+	case CommandCDIWithdraw:
+		obj, err := argsObject(raw, "reservationId")
+		if err != nil {
+			return nil, err
+		}
+		var a CDIWithdrawArgs
+		return a, reservationArg(obj, &a.ReservationID)
+	case CommandInventoryRefresh, CommandReboot:
+		if _, err := argsObject(raw); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
+	}
+	return nil, badField("kind", "enum", "kind %q is not a command kind", kind)
+}
+
+func reservationArg(obj map[string]json.RawMessage, id *string) error {
+	if _, err := argField(obj, "reservationId", id, true); err != nil {
+		return err
+	}
+	if !core.ValidID("rsv", *id) {
+		return badField("args.reservationId", "pattern", "args.reservationId must be a reservation id")
+	}
+	return nil
+}
+
+// gpuIndex reads one of cdi.expose's devices: a GPU index (a non-negative
+// integer) or the id of one of the node's live GPU devices (a MIG or
+// shared slot is its parent GPU's), answered as the GPU's index.
+func (s *Server) gpuIndex(ctx context.Context, tx store.Tx, nodeID string, raw json.RawMessage) (int, error) {
+	var idx int
+	if json.Unmarshal(raw, &idx) == nil {
+		if idx < 0 || idx > 1023 {
+			return 0, badField("args.devices", "range", "a GPU index is in [0, 1023]")
+		}
+		return idx, nil
+	}
+	var id string
+	if json.Unmarshal(raw, &id) != nil || id == "" || len(id) > 256 {
+		return 0, badField("args.devices", "type", "args.devices holds GPU indices or device ids")
+	}
+	var index *string
+	err := tx.QueryRow(ctx, `SELECT coalesce(p.attributes->>'index', d.attributes->>'index')
+		FROM devices d LEFT JOIN devices p ON p.node_id = d.node_id AND p.device_id = d.parent AND d.parent <> ''
+		WHERE d.node_id = $1 AND d.device_id = $2 AND d.removed_at IS NULL AND d.class IN ('gpu', 'gpu.mig', 'gpu.slot')`,
+		nodeID, id).Scan(&index)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && index == nil) {
+		return 0, badField("args.devices", "unknown", "the node has no GPU device %q", id)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if idx, err = strconv.Atoi(*index); err != nil || idx < 0 {
+		return 0, badField("args.devices", "unknown", "GPU device %q has no index", id)
+	}
+	return idx, nil
+}
+
+// commandsRun queues a command for the tenant's live node. Its args are
+// checked per kind; notBefore and notAfter (epoch ms) bound when it may run,
+// notAfter in the future. With an idempotencyKey, a retry answers the
+// command that key queued; the key with another request is CONFLICT.
+func (s *Server) commandsRun(ctx context.Context, c *Call, tx store.Tx) (any, error) {
+	var in struct {
+		NodeID         string          `json:"nodeId"`
+		Kind           string          `json:"kind"`
+		Args           json.RawMessage `json:"args"`
+		NotBefore      *int64          `json:"notBefore"`
+		NotAfter       *int64          `json:"notAfter"`
+		MinGeneration  *int64          `json:"minGeneration"`
+		IdempotencyKey string          `json:"idempotencyKey"`
+	}
+	if err := decode(c.Input, &in); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	horizon := now.Add(maxCommandHorizon).UnixMilli()
+	var notBefore, notAfter *time.Time
+	if in.NotBefore != nil {
+		if *in.NotBefore < 0 || *in.NotBefore > horizon {
+			return nil, badField("notBefore", "range", "notBefore must be epoch milliseconds within a year")
+		}
+		t := time.UnixMilli(*in.NotBefore)
+		notBefore = &t
+	}
+	if in.NotAfter != nil {
+		if *in.NotAfter <= now.UnixMilli() {
+			return nil, badField("notAfter", "past", "notAfter is in the past")
+		}
+		if *in.NotAfter > horizon {
+			return nil, badField("notAfter", "range", "notAfter must be within a year")
+		}
+		if in.NotBefore != nil && *in.NotAfter <= *in.NotBefore {
+			return nil, badField("notAfter", "range", "notAfter must be after notBefore")
+		}
+		t := time.UnixMilli(*in.NotAfter)
+		notAfter = &t
+	}
+	if in.MinGeneration != nil && *in.MinGeneration < 0 {
+		return nil, badField("minGeneration", "range", "minGeneration must be at least 0")
+	}
+	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false)
+	if err != nil {
+		return nil, err
+	}
+	if n.Adapter != "bcd/v1" {
+		return nil, core.Errorf(core.CodeInvalidState, "node %s runs no node agent (adapter %s): it takes no commands", n.ID, n.Adapter).
+			WithDetails(map[string]any{"reason": "adapter"})
+	}
+	args, err := s.commandArgs(ctx, tx, n.ID, in.Kind, in.Args)
+	if err != nil {
+		return nil, err
+	}
+	rawArgs, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	want := store.NodeCommand{NodeID: n.ID, TenantID: n.TenantID, Kind: in.Kind, Args: rawArgs, NotBefore: notBefore,
+		NotAfter: notAfter, MinGeneration: in.MinGeneration, CreatedBy: c.Caller.IdentityID}
+	got, err := store.QueueNodeCommand(ctx, tx, want, in.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	if in.IdempotencyKey != "" && !sameCommand(got, want) {
+		return nil, core.Errorf(core.CodeConflict, "idempotencyKey %q was used with another request", in.IdempotencyKey).
+			WithDetails(map[string]any{"field": "idempotencyKey", "commandId": got.ID})
+	}
+	return commandOf(got), nil
+}
+
+// sameCommand reports whether a command queued under an idempotency key is
+// the one want asks for.
+func sameCommand(have, want store.NodeCommand) bool {
+	var a, b any
+	if json.Unmarshal(have.Args, &a) != nil || json.Unmarshal(want.Args, &b) != nil {
+		return false
+	}
+	sameTime := func(x, y *time.Time) bool {
+		return (x == nil) == (y == nil) && (x == nil || x.UnixMilli() == y.UnixMilli())
+	}
+	sameGen := (have.MinGeneration == nil) == (want.MinGeneration == nil) &&
+		(have.MinGeneration == nil || *have.MinGeneration == *want.MinGeneration)
+	return have.Kind == want.Kind && reflect.DeepEqual(a, b) && sameTime(have.NotBefore, want.NotBefore) &&
+		sameTime(have.NotAfter, want.NotAfter) && sameGen
+}
+
+type commandIDInput struct {
+	NodeID    string `json:"nodeId"`
+	CommandID string `json:"commandId"`
+}
+
+// commandsGet reads a command of the tenant's live node.
+func (s *Server) commandsGet(ctx context.Context, c *Call, tx store.Tx) (any, error) {
+	var in commandIDInput
+	if err := decode(c.Input, &in); err != nil {
+		return nil, err
+	}
+	if _, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
+		return nil, err
+	}
+	cmd, err := store.GetNodeCommand(ctx, tx, c.TenantID, in.NodeID, in.CommandID)
+	if err != nil {
+		return nil, err
+	}
+	return commandOf(cmd), nil
+}
+
+// commandsList answers the commands of the tenant's live node, newest
+// first, in state when given, at most limit (default 100, at most 500).
+func (s *Server) commandsList(ctx context.Context, c *Call, tx store.Tx) (any, error) {
+	var in struct {
+		NodeID string `json:"nodeId"`
+		State  string `json:"state"`
+		Limit  *int   `json:"limit"`
+	}
+	if err := decode(c.Input, &in); err != nil {
+		return nil, err
+	}
+	limit, err := limitOf(in.Limit, defaultCommandLimit, maxCommandLimit)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
+		return nil, err
+	}
+	rows, err := store.ListNodeCommands(ctx, tx, c.TenantID, in.NodeID, in.State, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := CommandList{Items: make([]Command, len(rows))}
+	for i, r := range rows {
+		out.Items[i] = commandOf(r)
+	}
+	return out, nil
+}
+
+// commandsCancel cancels a command of the tenant's live node: a queued one
+// at once; a delivered or running one is recorded cancelled with
+// cancelRequestedAt, and the node's session tells the agent to stop it. A
+// cancelled one is answered unchanged; a finished one is INVALID_STATE.
+func (s *Server) commandsCancel(ctx context.Context, c *Call, tx store.Tx) (any, error) {
+	var in commandIDInput
+	if err := decode(c.Input, &in); err != nil {
+		return nil, err
+	}
+	if _, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
+		return nil, err
+	}
+	cmd, err := store.CancelNodeCommand(ctx, tx, c.TenantID, in.NodeID, in.CommandID)
+	if err != nil {
+		return nil, err
+	}
+	return commandOf(cmd), nil
+}

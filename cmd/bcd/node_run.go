@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/better-compute/better-compute/agent/commands"
+	agentinv "github.com/better-compute/better-compute/agent/inventory"
+	"github.com/better-compute/better-compute/agent/join"
+	"github.com/better-compute/better-compute/agent/nodespec"
+	"github.com/better-compute/better-compute/agent/session"
+	"github.com/better-compute/better-compute/core/inventory"
+	"github.com/better-compute/better-compute/internal/buildinfo"
+)
+
+// nodeRunCommand is `bcd node run`: it loads the identity `bcd node join`
+// kept and holds the node's session (heartbeats, inventory, commands) until
+// SIGTERM or SIGINT, reconnecting as needed.
+func nodeRunCommand() *cobra.Command {
+	var (
+		stateDir, cdiDir string
+		inv              agentinv.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the node's session with the control plane until stopped",
+		Long: "Run the node's session over mutual TLS with the identity `bcd node join` kept in the state directory:\n" +
+			"heartbeats, the inventory when it changed, the NodeSpec it converges on, and the node's commands, one at\n" +
+			"a time. It reconnects with\n" +
+			"backoff whenever the session ends, and stops on SIGTERM or SIGINT.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stateDir == "" {
+				return fmt.Errorf("--state-dir is required")
+			}
+			id, err := join.LoadIdentity(stateDir)
+			if err != nil {
+				return err
+			}
+			simulate := inv.SimulateGPUs != ""
+			if cdiDir == "" {
+				cdiDir = "/etc/cdi"
+				if simulate {
+					cdiDir = filepath.Join(stateDir, "cdi")
+				}
+			}
+			version := "bcd/" + buildinfo.Get().Version
+			inv.AgentVersion = version
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			spec, err := nodespec.Open(stateDir)
+			if err != nil {
+				return err
+			}
+			exec := &commands.Executor{StateDir: stateDir, CDIDir: cdiDir, Simulate: simulate, ObservedGeneration: spec.Observed}
+			log.Info("node session starting", "node", id.NodeID, "endpoint", id.AgentEndpoint, "version", version)
+			return session.Run(ctx, session.Options{
+				Identity: id, StateDir: stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec,
+				Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&stateDir, "state-dir", "", "where bcd node join kept the node's identity (required)")
+	f.StringVar(&cdiDir, "cdi-dir", "", "where CDI specs are written (default /etc/cdi; <state-dir>/cdi with --simulate-gpus)")
+	f.StringVar(&inv.Root, "root", "", "filesystem root to read /sys, /proc and /etc under (default /)")
+	f.StringVar(&inv.SimulateGPUs, "simulate-gpus", "", "report simulated GPUs instead of NVML's, e.g. 8xH100-SXM5-80GB")
+	f.StringVar(&inv.Seed, "seed", "", "seed of simulated GPU UUIDs (default the hostname)")
+	return cmd
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/better-compute/better-compute/agent/site"
+)
+
+// siteCommand is `bcd site`: the site agent. It holds the site's boot lease
+// and, while it does, serves the site's Temporal task queue.
+func siteCommand() *cobra.Command {
+	var o site.Options
+	cmd := &cobra.Command{
+		Use:   "site",
+		Short: "The site agent: hold the site's lease and serve its Temporal task queue",
+		Long: "Run the site agent of the site of a site token. Many may run for one site; the one holding the\n" +
+			"site's boot lease serves the site's task queue (site-<siteId>), the others wait to take over.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Token == "" {
+				o.Token = os.Getenv("BCD_SITE_TOKEN")
+			}
+			if o.APIURL == "" || o.Token == "" {
+				return fmt.Errorf("--api and --token (or $BCD_SITE_TOKEN) are required")
+			}
+			if o.Holder == "" {
+				host, err := os.Hostname()
+				if err != nil || host == "" {
+					host = "bcd-site"
+				}
+				o.Holder = host + "-" + strconv.Itoa(os.Getpid())
+			}
+			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return site.Run(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.APIURL, "api", "", "the API's base URL, e.g. https://compute.example.com")
+	f.StringVar(&o.Token, "token", "", "the site token (bcst_…; default $BCD_SITE_TOKEN)")
+	f.StringVar(&o.Holder, "holder", "", "this instance's id, the lease holder (default hostname-pid)")
+	return cmd
+}

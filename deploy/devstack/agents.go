@@ -1,0 +1,174 @@
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/better-compute/better-compute/api"
+)
+
+// The dev stack's node agents: real `bcd node` processes with simulated
+// GPUs that join the demo pool with a join token and then hold their
+// sessions on the agent listener, as agents on real machines do.
+const (
+	agentGPUs     = "8xH100-SXM5-80GB"
+	agentTokenTTL = 3600 // seconds
+)
+
+// agentProcess is one running `bcd node run`.
+type agentProcess struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// bcdPath finds the bcd binary: Options.BCD, else `bcd` next to this
+// executable (`make run` builds both into bin/), else none.
+func (o Options) bcdPath() string {
+	if o.BCD != "" {
+		return o.BCD
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), "bcd")
+	if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+		return p
+	}
+	return ""
+}
+
+// startAgents runs the demo site's `bcd site` and Options.Agents simulated
+// node agents, which join the demo pool once (their identities persist in
+// Dir/agents).
+func (s *Stack) startAgents(ctx context.Context) error {
+	if s.opts.Agents <= 0 {
+		return nil
+	}
+	bcd := s.opts.bcdPath()
+	if bcd == "" {
+		s.opts.Logger.Warn("no bcd binary next to better-compute (make build makes one): running no agents")
+		return nil
+	}
+	if err := s.startSiteAgent(ctx, bcd); err != nil {
+		return err
+	}
+	var token string
+	for i := 1; i <= s.opts.Agents; i++ {
+		name := fmt.Sprintf("dev-agent-%d", i)
+		dir := filepath.Join(s.opts.Dir, "agents", name)
+		if _, err := os.Stat(filepath.Join(dir, "identity.json")); errors.Is(err, os.ErrNotExist) {
+			if token == "" {
+				t, err := s.agentJoinToken(ctx)
+				if err != nil {
+					return err
+				}
+				token = t
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			join := exec.CommandContext(ctx, bcd, "node", "join", "--api", s.apiURL, "--state-dir", dir,
+				"--name", name, "--simulate-gpus", agentGPUs, "--seed", name)
+			join.Env = append(os.Environ(), "BCD_JOIN_TOKEN="+token) // not in the process list
+			if out, err := join.CombinedOutput(); err != nil {
+				return fmt.Errorf("%s: bcd node join: %w: %s", name, err, out)
+			}
+		}
+		if err := s.startAgentProcess(name, filepath.Join(dir, "bcd.log"), []string{"node", "run", "--state-dir", dir,
+			"--simulate-gpus", agentGPUs, "--seed", name, "--cdi-dir", filepath.Join(dir, "cdi")}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startSiteAgent runs the demo site's `bcd site`, with a site token made
+// on the first run and kept (0600) in Dir/agents.
+func (s *Stack) startSiteAgent(ctx context.Context, bcd string) error {
+	dir := filepath.Join(s.opts.Dir, "agents")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tokenFile := filepath.Join(dir, "site-token")
+	token, err := os.ReadFile(tokenFile)
+	if errors.Is(err, os.ErrNotExist) {
+		admin, err := s.AdminToken()
+		if err != nil {
+			return err
+		}
+		t, err := api.NewClient(s.apiURL, admin).SiteTokensCreate(ctx, s.tokens.RootTenantID, s.demo.SiteID, "dev site agent")
+		if err != nil {
+			return fmt.Errorf("site token for the dev site agent: %w", err)
+		}
+		token = []byte(t.Token)
+		if err := writeFileAtomic(tokenFile, t.Token, 0o600); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	return s.startAgentProcess("dev-site", filepath.Join(dir, "site.log"),
+		[]string{"site", "--api", s.apiURL, "--holder", "dev-site"}, []string{"BCD_SITE_TOKEN=" + string(token)})
+}
+
+// startAgentProcess starts bcd with args (and extra environment), its
+// output appended to logFile, as a child that never outlives the stack.
+func (s *Stack) startAgentProcess(name, logFile string, args, env []string) error {
+	bcd := s.opts.bcdPath()
+	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bcd, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The agent never outlives the stack, even when the stack is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: bcd %s: %w", name, args[0], err)
+	}
+	p := &agentProcess{name: name, cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	s.agents = append(s.agents, p)
+	return nil
+}
+
+// agentJoinToken makes a join token of the demo pool for the agents that
+// have not joined yet, as the root admin.
+func (s *Stack) agentJoinToken(ctx context.Context) (string, error) {
+	admin, err := s.AdminToken()
+	if err != nil {
+		return "", err
+	}
+	t, err := api.NewClient(s.apiURL, admin).JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: s.tokens.RootTenantID,
+		PoolID: s.demo.PoolID, Name: "dev agents", TTLSeconds: agentTokenTTL, MaxUses: int64(s.opts.Agents)})
+	if err != nil {
+		return "", fmt.Errorf("join token for the dev agents: %w", err)
+	}
+	return t.Token, nil
+}
+
+// stopAgents stops the agents (SIGTERM, then SIGKILL after 5 s).
+func (s *Stack) stopAgents() {
+	for _, p := range s.agents {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range s.agents {
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	s.agents = nil
+}
