@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -65,13 +66,11 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 	}
 }
 
-// MarkActive moves a placed reservation to active: placed -> binding ->
-// active, and answers the state it ends in. Binding is a no-op seam for now:
-// a hold needs nothing on the node; the agent's CDI command (instance and
-// node bindings) comes with the agent issue and will run between the two
-// edges. An active reservation succeeds unchanged; a cancelled one answers
-// "cancelled" (the API cancelled it while the workflow was waiting); any
-// other state is a non-retryable INVALID_STATE.
+// MarkActive moves a bound reservation to active (binding -> active, or
+// placed -> binding -> active) and answers the state it ends in. An active
+// reservation succeeds unchanged; a cancelled one answers "cancelled" (the
+// API cancelled it while the workflow was waiting); any other state is a
+// non-retryable INVALID_STATE.
 func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID string) (string, error) {
 	var end reservations.State
 	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -100,6 +99,83 @@ func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID s
 		return err
 	})
 	return string(end), err
+}
+
+// Bind moves a placed reservation to binding and queues, in the same
+// transaction, the cdi.expose commands of its allocations on agent-driven
+// nodes, valid for bindTimeout. It answers the state the reservation is in:
+// binding, or active or cancelled as found (a retry, or the API cancelled
+// it); any other state is a non-retryable INVALID_STATE.
+func (r *Reservations) Bind(ctx context.Context, tenantID, reservationID string, bindTimeout time.Duration) (string, error) {
+	var end reservations.State
+	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		from, err := lockState(ctx, tx, tenantID, reservationID)
+		if err != nil {
+			return err
+		}
+		switch from {
+		case reservations.Active, reservations.Cancelled:
+			end = from
+			return nil
+		case reservations.Placed:
+			if err := walk(ctx, tx, tenantID, reservationID, from, []reservations.State{reservations.Binding}); err != nil {
+				return err
+			}
+		case reservations.Binding:
+		default:
+			return invalidState(reservationID, from, reservations.Binding)
+		}
+		end = reservations.Binding
+		err = store.QueueBindCommands(ctx, tx, reservationID, time.Now().Add(bindTimeout))
+		if ce := core.AsError(err); err != nil && ce.Code == core.CodeInvalidInput {
+			return temporal.NewNonRetryableApplicationError(ce.Message, string(core.CodeInvalidState), err)
+		}
+		return err
+	})
+	return string(end), err
+}
+
+// BindStatus says how a binding reservation's commands stand
+// (store.BindingWaiting, BindingBound or BindingFailed), or "cancelled"
+// when the reservation was cancelled meanwhile.
+func (r *Reservations) BindStatus(ctx context.Context, tenantID, reservationID string) (string, error) {
+	var status string
+	err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
+		var st string
+		if err := tx.QueryRow(ctx, `SELECT state FROM reservations WHERE id = $1 AND tenant_id = $2`,
+			reservationID, tenantID).Scan(&st); err != nil {
+			return err
+		}
+		if reservations.State(st) == reservations.Cancelled {
+			status = string(reservations.Cancelled)
+			return nil
+		}
+		var err error
+		status, err = store.BindingStatus(ctx, tx, reservationID)
+		return err
+	})
+	return status, err
+}
+
+// FailBinding fails a reservation whose binding failed or timed out
+// (binding -> failed, reason recorded), freeing its atoms and withdrawing
+// what was exposed. A reservation no longer binding is left as it is.
+func (r *Reservations) FailBinding(ctx context.Context, tenantID, reservationID, reason string) error {
+	return r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		from, err := lockState(ctx, tx, tenantID, reservationID)
+		if err != nil || from != reservations.Binding {
+			return err
+		}
+		failure, err := json.Marshal(map[string]any{"code": core.CodeUnavailable,
+			"message": "the node agent did not expose the devices: " + reason, "details": map[string]any{"reason": reason}})
+		if err != nil {
+			return err
+		}
+		if err := store.SetReservationState(ctx, tx, tenantID, reservationID, from, reservations.Failed, failure); err != nil {
+			return err
+		}
+		return store.CutReservationBookings(ctx, tx, tenantID, reservationID)
+	})
 }
 
 // Expire ends an active reservation that ran past its end: active ->

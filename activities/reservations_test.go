@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/better-compute/better-compute/internal/testenv"
@@ -27,8 +28,9 @@ func seed(t *testing.T, s *store.Store, state string) {
 		`INSERT INTO pools (id, tenant_id, site_id, name, class, gpu_model, gpu_memory_gb, agent, created_by)
 			VALUES ('pool_1', 'ten_root', 'site_1', 'p', 'metal-host', 'h100', 80, 'bcd', 'u')`,
 		`INSERT INTO nodes (id, tenant_id, pool_id, name) VALUES ('node_1', 'ten_root', 'pool_1', 'n')`,
-		`INSERT INTO devices (node_id, device_id, tenant_id, pool_id, class, bookable)
-			VALUES ('node_1', 'gpu-0', 'ten_root', 'pool_1', 'gpu', true), ('node_1', 'gpu-1', 'ten_root', 'pool_1', 'gpu', true)`,
+		`INSERT INTO devices (node_id, device_id, tenant_id, pool_id, class, bookable, attributes)
+			VALUES ('node_1', 'gpu-0', 'ten_root', 'pool_1', 'gpu', true, '{"index": 0}'),
+				('node_1', 'gpu-1', 'ten_root', 'pool_1', 'gpu', true, '{"index": 1}')`,
 		`INSERT INTO reservations (id, tenant_id, owner_identity_id, pool_id, state, devices, starts_at, ends_at)
 			VALUES ('res_1', 'ten_a', 'usr_1', 'pool_1', '` + state + `', '{"class": "gpu", "count": 2}', now() - interval '1 hour', now() + interval '1 hour')`,
 		`INSERT INTO allocations (id, tenant_id, reservation_id, node_id, atoms)
@@ -219,5 +221,91 @@ func TestReservationActivitiesRefuse(t *testing.T) {
 	}
 	if got := bookings(t, s); len(got) != 2 {
 		t.Fatalf("a refused release touched the bookings: %+v", got)
+	}
+}
+
+func commandsOf(t *testing.T, s *store.Store) []string {
+	t.Helper()
+	rows, err := s.Pool.Query(context.Background(), `SELECT kind || ' ' || args::text || ' ' || state FROM node_commands
+		WHERE node_id = 'node_1' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Binding queues the agent's cdi.expose once, waits for its success, and
+// the release queues its cdi.withdraw.
+func TestBindThenReleaseWithdraws(t *testing.T) {
+	s := testenv.Store(t)
+	seed(t, s, "placed")
+	ctx := context.Background()
+	a := &Reservations{Store: s}
+	for range 2 { // a retry queues nothing twice
+		if st, err := a.Bind(ctx, "ten_a", "res_1", time.Minute); err != nil || st != "binding" {
+			t.Fatalf("Bind = %q, %v", st, err)
+		}
+	}
+	cmds := commandsOf(t, s)
+	if len(cmds) != 1 || cmds[0] != `cdi.expose {"devices": [0, 1], "reservationId": "res_1"} queued` {
+		t.Fatalf("commands = %q", cmds)
+	}
+	if st, err := a.BindStatus(ctx, "ten_a", "res_1"); err != nil || st != store.BindingWaiting {
+		t.Fatalf("BindStatus = %q, %v", st, err)
+	}
+	if err := s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		return store.RecordNodeCommandResult(ctx, tx, "node_1", 1, store.NodeCommandResult{State: store.CommandSucceeded})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.BindStatus(ctx, "ten_a", "res_1"); err != nil || st != store.BindingBound {
+		t.Fatalf("BindStatus after the agent's result = %q, %v", st, err)
+	}
+	if st, err := a.MarkActive(ctx, "ten_a", "res_1"); err != nil || st != "active" {
+		t.Fatalf("MarkActive = %q, %v", st, err)
+	}
+	for range 2 {
+		if err := a.Release(ctx, "ten_a", "res_1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cmds := commandsOf(t, s); len(cmds) != 2 || cmds[1] != `cdi.withdraw {"reservationId": "res_1"} queued` {
+		t.Fatalf("commands after the release = %q", cmds)
+	}
+}
+
+func TestFailBindingFreesTheAtoms(t *testing.T) {
+	s := testenv.Store(t)
+	seed(t, s, "placed")
+	ctx := context.Background()
+	a := &Reservations{Store: s}
+	if _, err := a.Bind(ctx, "ten_a", "res_1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		return store.RecordNodeCommandResult(ctx, tx, "node_1", 1, store.NodeCommandResult{State: store.CommandFailed, Error: "no such device"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.BindStatus(ctx, "ten_a", "res_1"); err != nil || st != store.BindingFailed {
+		t.Fatalf("BindStatus = %q, %v", st, err)
+	}
+	for range 2 {
+		if err := a.FailBinding(ctx, "ten_a", "res_1", "bindFailed"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := state(t, s); st != "failed" {
+		t.Fatalf("state = %s", st)
+	}
+	if got := bookings(t, s); len(got) != 1 || !got[0].upper.Before(time.Now().Add(time.Minute)) {
+		t.Fatalf("bookings after the failure = %+v", got)
+	}
+	if cmds := commandsOf(t, s); len(cmds) != 2 || !strings.HasPrefix(cmds[1], "cdi.withdraw") {
+		t.Fatalf("commands = %q", cmds)
 	}
 }

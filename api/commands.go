@@ -4,14 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
@@ -257,21 +253,11 @@ func (s *Server) gpuIndex(ctx context.Context, tx store.Tx, nodeID string, raw j
 	if json.Unmarshal(raw, &id) != nil || id == "" || len(id) > 256 {
 		return 0, badField("args.devices", "type", "args.devices holds GPU indices or device ids")
 	}
-	var index *string
-	err := tx.QueryRow(ctx, `SELECT coalesce(p.attributes->>'index', d.attributes->>'index')
-		FROM devices d LEFT JOIN devices p ON p.node_id = d.node_id AND p.device_id = d.parent AND d.parent <> ''
-		WHERE d.node_id = $1 AND d.device_id = $2 AND d.removed_at IS NULL AND d.class IN ('gpu', 'gpu.mig', 'gpu.slot')`,
-		nodeID, id).Scan(&index)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && index == nil) {
-		return 0, badField("args.devices", "unknown", "the node has no GPU device %q", id)
-	}
+	indexes, err := store.GPUIndexes(ctx, tx, nodeID, []string{id})
 	if err != nil {
 		return 0, err
 	}
-	if idx, err = strconv.Atoi(*index); err != nil || idx < 0 {
-		return 0, badField("args.devices", "unknown", "GPU device %q has no index", id)
-	}
-	return idx, nil
+	return indexes[0], nil
 }
 
 // commandsRun queues a command for the tenant's live node. Its args are

@@ -24,12 +24,19 @@ import (
 	"github.com/better-compute/better-compute/internal/freeport"
 )
 
+// startStack starts the dev stack with its agents (a bcd site and two
+// simulated bcd node agents, real processes).
 func startStack(t *testing.T, dir string, pgPort int) *devstack.Stack {
 	t.Helper()
+	bcd, err := bcdBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := devstack.Start(context.Background(), devstack.Options{
 		Dir:          dir,
 		APIAddr:      "127.0.0.1:0",
 		AgentAddr:    "127.0.0.1:0",
+		BCD:          bcd,
 		PostgresPort: pgPort,
 		TemporalAddr: "127.0.0.1:0",
 		UIAddr:       "127.0.0.1:0",
@@ -225,8 +232,12 @@ func TestDevStackOverHTTP(t *testing.T) {
 		if err != nil || len(nodes.Items) != 2 {
 			t.Fatalf("demo nodes = %+v, %v; want 2", nodes.Items, err)
 		}
+		// They are the dev stack's simulated bcd agents; on a machine without
+		// DMI their GPU UUIDs are their only identifiers, so their keys are
+		// distinct but untrusted.
 		for _, n := range nodes.Items {
-			if !n.Schedulable || n.GPUCount != 8 || n.GPUModel != "H100" || !n.HardwareKeyTrusted {
+			if !n.Schedulable || n.GPUCount != 8 || n.GPUModel != "H100" || n.Connectivity != "connected" ||
+				!strings.HasPrefix(n.Name, "dev-agent-") || n.HardwareKey == "" {
 				t.Fatalf("demo node %+v", n)
 			}
 		}

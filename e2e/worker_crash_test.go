@@ -53,8 +53,13 @@ func TestWorkerKilledMidActivity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := devstack.Start(context.Background(), devstack.Options{Dir: dir, APIAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0", PostgresPort: pgPort,
-		TemporalAddr: "127.0.0.1:0", UIAddr: "-", NoWorker: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	bcd, err := bcdBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := devstack.Start(context.Background(), devstack.Options{Dir: dir, APIAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0",
+		BCD: bcd, PostgresPort: pgPort, TemporalAddr: "127.0.0.1:0", UIAddr: "-", NoWorker: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("devstack: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -307,4 +308,33 @@ func CancelRequestedNodeCommands(ctx context.Context, tx Tx, nodeID string) ([]i
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// GPUIndexes answers, for each of a node's device ids, its GPU's index on
+// the node (a MIG instance or shared slot is its parent GPU's), as the
+// cdi.expose command names devices. An id that is not one of the node's
+// live GPU devices is INVALID_INPUT.
+func GPUIndexes(ctx context.Context, tx Tx, nodeID string, deviceIDs []string) ([]int, error) {
+	out := make([]int, len(deviceIDs))
+	for i, id := range deviceIDs {
+		var index *string
+		err := tx.QueryRow(ctx, `SELECT coalesce(p.attributes->>'index', d.attributes->>'index')
+			FROM devices d LEFT JOIN devices p ON p.node_id = d.node_id AND p.device_id = d.parent AND d.parent <> ''
+			WHERE d.node_id = $1 AND d.device_id = $2 AND d.removed_at IS NULL AND d.class IN ('gpu', 'gpu.mig', 'gpu.slot')`,
+			nodeID, id).Scan(&index)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && index == nil) {
+			return nil, core.Errorf(core.CodeInvalidInput, "the node has no GPU device %q", id).
+				WithDetails(map[string]any{"field": "args.devices", "reason": "unknown"})
+		}
+		if err != nil {
+			return nil, err
+		}
+		n, err := strconv.Atoi(*index)
+		if err != nil || n < 0 {
+			return nil, core.Errorf(core.CodeInvalidInput, "GPU device %q has no index", id).
+				WithDetails(map[string]any{"field": "args.devices", "reason": "unknown"})
+		}
+		out[i] = n
+	}
+	return out, nil
 }

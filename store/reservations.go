@@ -74,8 +74,12 @@ func SetReservationState(ctx context.Context, tx Tx, tenantID, id string, from, 
 // that has begun ends now ([lower, now)); one that has not begun is deleted,
 // as an empty range would break device_bookings' CHECK (NOT isempty(during)).
 // now() is the transaction's start, the same instant for every row, so
-// cutting twice changes nothing the second time.
+// cutting twice changes nothing the second time. Allocations that were
+// bound get their cdi.withdraw command in the same transaction.
 func CutReservationBookings(ctx context.Context, tx Tx, tenantID, id string) error {
+	if err := queueUnbindCommands(ctx, tx, id); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, `DELETE FROM device_bookings b USING allocations a
 		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id AND lower(b.during) >= now()`,
 		id, tenantID); err != nil {

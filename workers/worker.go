@@ -30,6 +30,9 @@ func NewControlPlane(c client.Client, deps Deps) worker.Worker {
 	w.RegisterActivityWithOptions((&activities.Health{Store: deps.Store}).HealthEcho, activity.RegisterOptions{Name: "HealthEcho"})
 	w.RegisterWorkflowWithOptions(workflows.ReservationWorkflow, workflow.RegisterOptions{Name: workflows.ReservationWorkflowName})
 	res := &activities.Reservations{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue}
+	w.RegisterActivityWithOptions(res.Bind, activity.RegisterOptions{Name: workflows.ActivityBind})
+	w.RegisterActivityWithOptions(res.BindStatus, activity.RegisterOptions{Name: workflows.ActivityBindStatus})
+	w.RegisterActivityWithOptions(res.FailBinding, activity.RegisterOptions{Name: workflows.ActivityFailBinding})
 	w.RegisterActivityWithOptions(res.MarkActive, activity.RegisterOptions{Name: workflows.ActivityMarkActive})
 	w.RegisterActivityWithOptions(res.Expire, activity.RegisterOptions{Name: workflows.ActivityExpire})
 	w.RegisterActivityWithOptions(res.Release, activity.RegisterOptions{Name: workflows.ActivityRelease})

@@ -27,9 +27,20 @@ const (
 	// before it became active, so it stops waiting for the start.
 	SignalCancel = "cancel"
 
-	ActivityMarkActive = "ReservationMarkActive"
-	ActivityExpire     = "ReservationExpire"
-	ActivityRelease    = "ReservationRelease"
+	ActivityBind        = "ReservationBind"
+	ActivityBindStatus  = "ReservationBindStatus"
+	ActivityFailBinding = "ReservationFailBinding"
+	ActivityMarkActive  = "ReservationMarkActive"
+	ActivityExpire      = "ReservationExpire"
+	ActivityRelease     = "ReservationRelease"
+)
+
+// Binding: the node agents' cdi.expose commands are polled every bindPoll
+// and must all succeed within the bind timeout (DefaultBindTimeout unless
+// the parameters say otherwise), or the reservation fails.
+const (
+	DefaultBindTimeout = 5 * time.Minute
+	bindPoll           = 2 * time.Second
 )
 
 // reservationMaxRenewals bounds one run's history: after this many renewals
@@ -49,6 +60,8 @@ type ReservationParams struct {
 	LeaseSeconds  int64
 	Active        bool
 	LeaseDeadline int64
+	// BindTimeout bounds the binding (0: DefaultBindTimeout).
+	BindTimeout time.Duration
 }
 
 // ReservationResult is how the workflow ended: the reservation's final
@@ -171,6 +184,9 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 		if cancelled {
 			return ReservationResult{State: "cancelled", Reason: "cancel"}, nil
 		}
+		if res, done, err := bind(ctx, p, &cancelled); done || err != nil {
+			return res, err
+		}
 		var became string
 		if err := workflow.ExecuteActivity(ctx, ActivityMarkActive, p.TenantID, p.ReservationID).Get(ctx, &became); err != nil {
 			return ReservationResult{State: state}, err
@@ -222,6 +238,54 @@ func ReservationWorkflow(ctx workflow.Context, p ReservationParams) (Reservation
 		if _, err := workflow.AwaitWithTimeout(ctx, time.Duration(wait)*time.Millisecond,
 			func() bool { return releaseRequested || changed }); err != nil {
 			return ReservationResult{}, err
+		}
+	}
+}
+
+// bind moves the reservation to binding, which queues the node agents'
+// cdi.expose commands, and waits until they all succeeded. done reports
+// that the run ends here: cancelled meanwhile, or failed (a command failed,
+// or the bind timeout passed), in which case the reservation is failed and
+// its atoms freed.
+func bind(ctx workflow.Context, p ReservationParams, cancelled *bool) (res ReservationResult, done bool, err error) {
+	timeout := p.BindTimeout
+	if timeout <= 0 {
+		timeout = DefaultBindTimeout
+	}
+	var state string
+	if err := workflow.ExecuteActivity(ctx, ActivityBind, p.TenantID, p.ReservationID, timeout).Get(ctx, &state); err != nil {
+		return ReservationResult{State: "placed"}, true, err
+	}
+	switch state {
+	case "cancelled":
+		return ReservationResult{State: state, Reason: "cancel"}, true, nil
+	case "active":
+		return ReservationResult{}, false, nil
+	}
+	deadline := workflow.Now(ctx).Add(timeout)
+	fail := func(reason string) (ReservationResult, bool, error) {
+		err := workflow.ExecuteActivity(ctx, ActivityFailBinding, p.TenantID, p.ReservationID, reason).Get(ctx, nil)
+		return ReservationResult{State: "failed", Reason: reason}, true, err
+	}
+	for {
+		var status string
+		if err := workflow.ExecuteActivity(ctx, ActivityBindStatus, p.TenantID, p.ReservationID).Get(ctx, &status); err != nil {
+			return ReservationResult{State: "binding"}, true, err
+		}
+		switch status {
+		case "bound":
+			return ReservationResult{}, false, nil
+		case "cancelled":
+			return ReservationResult{State: status, Reason: "cancel"}, true, nil
+		case "failed":
+			return fail("bindFailed")
+		}
+		left := deadline.Sub(workflow.Now(ctx))
+		if left <= 0 {
+			return fail("bindTimeout")
+		}
+		if _, err := workflow.AwaitWithTimeout(ctx, min(left, bindPoll), func() bool { return *cancelled }); err != nil {
+			return ReservationResult{}, true, err
 		}
 	}
 }

@@ -24,6 +24,8 @@ type recorder struct {
 	at         []time.Time
 	activation string
 	extendedTo int64
+	// binding is what BindStatus answers, one per call, then "bound".
+	binding []string
 }
 
 func (r *recorder) record(name, tenantID, id string) error {
@@ -37,6 +39,20 @@ func (r *recorder) record(name, tenantID, id string) error {
 
 func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
 	r.env = env
+	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string, _ time.Duration) (string, error) {
+		return "binding", nil
+	}, activity.RegisterOptions{Name: ActivityBind})
+	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) (string, error) {
+		if len(r.binding) == 0 {
+			return "bound", nil
+		}
+		st := r.binding[0]
+		r.binding = r.binding[1:]
+		return st, nil
+	}, activity.RegisterOptions{Name: ActivityBindStatus})
+	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id, reason string) error {
+		return r.record(ActivityFailBinding+"("+reason+")", tenantID, id)
+	}, activity.RegisterOptions{Name: ActivityFailBinding})
 	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) (string, error) {
 		if r.activation == "" {
 			r.activation = "active"
@@ -271,4 +287,50 @@ func TestReservationCancelledWhileActivating(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	wantCalls(t, r, ActivityMarkActive)
+}
+
+func TestReservationBindingWaitsForTheAgent(t *testing.T) {
+	env, r := newEnv(t)
+	r.binding = []string{"waiting", "waiting", "waiting"}
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	if res := result(t, env); res.State != "released" || res.Reason != "end" {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+	if got := r.at[0]; !got.Equal(t0.Add(time.Hour + 3*bindPoll)) {
+		t.Fatalf("activated at %v, want three polls after the start", got)
+	}
+}
+
+func TestReservationBindingFails(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		binding []string
+		reason  string
+	}{
+		{"a command failed", []string{"waiting", "failed"}, "bindFailed"},
+		{"the agent never answered", []string{"waiting", "waiting", "waiting", "waiting", "waiting", "waiting"}, "bindTimeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, r := newEnv(t)
+			r.binding = tc.binding
+			p := params(0)
+			p.BindTimeout = 4 * bindPoll
+			env.ExecuteWorkflow(ReservationWorkflow, p)
+			if res := result(t, env); res.State != "failed" || res.Reason != tc.reason {
+				t.Fatalf("result = %+v", res)
+			}
+			wantCalls(t, r, ActivityFailBinding+"("+tc.reason+")")
+		})
+	}
+}
+
+func TestReservationCancelledWhileBinding(t *testing.T) {
+	env, r := newEnv(t)
+	r.binding = []string{"waiting", "cancelled"}
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	if res := result(t, env); res.State != "cancelled" || res.Reason != "cancel" {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r)
 }

@@ -25,8 +25,8 @@ import (
 // SIGTERM or SIGINT, reconnecting as needed.
 func nodeRunCommand() *cobra.Command {
 	var (
-		stateDir, cdiDir string
-		inv              agentinv.Options
+		stateDir, cdiDir, endpoint string
+		inv                        agentinv.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -43,6 +43,9 @@ func nodeRunCommand() *cobra.Command {
 			id, err := join.LoadIdentity(stateDir)
 			if err != nil {
 				return err
+			}
+			if endpoint != "" {
+				id.AgentEndpoint = endpoint
 			}
 			simulate := inv.SimulateGPUs != ""
 			if cdiDir == "" {
@@ -70,6 +73,7 @@ func nodeRunCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&stateDir, "state-dir", "", "where bcd node join kept the node's identity (required)")
+	f.StringVar(&endpoint, "agent-endpoint", "", "the agent listener to connect to (default: the one told at join)")
 	f.StringVar(&cdiDir, "cdi-dir", "", "where CDI specs are written (default /etc/cdi; <state-dir>/cdi with --simulate-gpus)")
 	f.StringVar(&inv.Root, "root", "", "filesystem root to read /sys, /proc and /etc under (default /)")
 	f.StringVar(&inv.SimulateGPUs, "simulate-gpus", "", "report simulated GPUs instead of NVML's, e.g. 8xH100-SXM5-80GB")

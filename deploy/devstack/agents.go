@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 const (
 	agentGPUs     = "8xH100-SXM5-80GB"
 	agentTokenTTL = 3600 // seconds
+	// agentsReadyTimeout bounds the wait for the agents' nodes.
+	agentsReadyTimeout = time.Minute
 )
 
 // agentProcess is one running `bcd node run`.
@@ -83,7 +86,9 @@ func (s *Stack) startAgents(ctx context.Context) error {
 			}
 		}
 		if err := s.startAgentProcess(name, filepath.Join(dir, "bcd.log"), []string{"node", "run", "--state-dir", dir,
-			"--simulate-gpus", agentGPUs, "--seed", name, "--cdi-dir", filepath.Join(dir, "cdi")}, nil); err != nil {
+			"--simulate-gpus", agentGPUs, "--seed", name, "--cdi-dir", filepath.Join(dir, "cdi"),
+			// The listener's address may differ from the one told at join.
+			"--agent-endpoint", s.agentURL}, nil); err != nil {
 			return err
 		}
 	}
@@ -142,6 +147,48 @@ func (s *Stack) startAgentProcess(name, logFile string, args, env []string) erro
 	return nil
 }
 
+// awaitAgents waits until the node agents' nodes are schedulable (joined,
+// connected, their NodeSpec observed), so GPUs can be reserved once Start
+// returns.
+func (s *Stack) awaitAgents(ctx context.Context) error {
+	want := 0
+	for _, p := range s.agents {
+		if strings.HasPrefix(p.name, "dev-agent-") {
+			want++
+		}
+	}
+	if want == 0 {
+		return nil
+	}
+	admin, err := s.AdminToken()
+	if err != nil {
+		return err
+	}
+	c := api.NewClient(s.apiURL, admin)
+	ctx, cancel := context.WithTimeout(ctx, agentsReadyTimeout)
+	defer cancel()
+	for {
+		l, err := c.NodesList(ctx, api.NodesListInput{TenantID: s.tokens.RootTenantID, PoolID: s.demo.PoolID})
+		ready := 0
+		if err == nil {
+			for _, n := range l.Items {
+				if strings.HasPrefix(n.Name, "dev-agent-") && n.Schedulable {
+					ready++
+				}
+			}
+		}
+		if ready >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d node agents schedulable after %s (logs in %s): %w", ready, want, agentsReadyTimeout,
+				filepath.Join(s.opts.Dir, "agents"), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // agentJoinToken makes a join token of the demo pool for the agents that
 // have not joined yet, as the root admin.
 func (s *Stack) agentJoinToken(ctx context.Context) (string, error) {
@@ -171,4 +218,12 @@ func (s *Stack) stopAgents() {
 		}
 	}
 	s.agents = nil
+}
+
+// agentSummary says which agents run, for the banner.
+func (s *Stack) agentSummary() string {
+	if len(s.agents) == 0 {
+		return "no agents: build bcd next to better-compute"
+	}
+	return fmt.Sprintf("bcd site and %d simulated bcd node agents", len(s.agents)-1)
 }

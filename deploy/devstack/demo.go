@@ -2,30 +2,23 @@ package devstack
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
-	"github.com/better-compute/better-compute/core/inventory"
-	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/iam"
-	"github.com/better-compute/better-compute/store"
 )
 
 // The demo fleet a newcomer finds in `better-compute dev`: a shared site and
 // an H100 pool of the root tenant, offered to the demo tenant with a GPU
 // quota, and the demo user holding the "user" relation on the pool, so the
-// shipped example policy lets that user reserve there.
+// shipped example policy lets that user reserve there. Its machines are the
+// simulated bcd node agents (agents.go), which join it as real machines do.
 const (
 	demoSite     = "dev-shared"
 	demoPool     = "h100"
 	demoGPUQuota = 16
-	// demoNodes copies of an 8×H100 SXM machine fill the pool until agents
-	// report real machines.
-	demoNodes     = 2
-	demoInventory = "h100-8x-sxm.json"
 )
 
 // DemoFleet names what seedDemoFleet made (or found).
@@ -82,9 +75,6 @@ func (s *Stack) seedDemoFleet(ctx context.Context) error {
 		ToTenantID: s.tokens.TenantID, Quota: map[string]int64{"gpu": demoGPUQuota}}); err != nil {
 		return fmt.Errorf("demo fleet: offer: %w", err)
 	}
-	if err := s.seedDemoNodes(ctx, admin); err != nil {
-		return fmt.Errorf("demo fleet: nodes: %w", err)
-	}
 	_, err = s.cp.Admin.AddRelation(ctx, iam.Relation{TenantID: s.tokens.TenantID, SubjectID: s.tokens.UserIdentityID,
 		Relation: "user", ResourceType: s.cp.Catalog.FullName("pool"), ResourceID: s.demo.PoolID})
 	if err != nil && !errors.Is(err, core.ErrConflict) {
@@ -95,45 +85,3 @@ func (s *Stack) seedDemoFleet(ctx context.Context) error {
 
 // Demo is the demo fleet of the running stack.
 func (s *Stack) Demo() DemoFleet { return s.demo }
-
-// seedDemoNodes adds the simulated nodes an earlier run has not: copies of
-// a sample inventory (distinct machines, each with its own hardware key),
-// schedulable hosts of the platform.
-func (s *Stack) seedDemoNodes(ctx context.Context, admin *api.Client) error {
-	have, err := admin.NodesList(ctx, api.NodesListInput{TenantID: s.tokens.RootTenantID, PoolID: s.demo.PoolID})
-	if err != nil {
-		return err
-	}
-	names := map[string]bool{}
-	for _, n := range have.Items {
-		names[n.Name] = true
-	}
-	sample, err := inventory.Sample(demoInventory)
-	if err != nil {
-		return err
-	}
-	for i := 1; i <= demoNodes; i++ {
-		name := fmt.Sprintf("dev-h100-%d", i)
-		if names[name] {
-			continue
-		}
-		doc, err := json.Marshal(sample.Copy(i))
-		if err != nil {
-			return err
-		}
-		err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-			n, err := s.cp.API.CreateNode(ctx, tx, api.NewNode{PoolID: s.demo.PoolID, Name: name,
-				ProvisionState: nodes.Deployed, Role: nodes.RoleHost, Trust: nodes.TrustPlatform,
-				Power: nodes.PowerOn, Connectivity: nodes.Connected, ObservedGeneration: 1})
-			if err != nil {
-				return err
-			}
-			_, err = s.cp.API.IngestInventory(ctx, tx, n.ID, doc)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}

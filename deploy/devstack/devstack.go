@@ -227,6 +227,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err = s.startAgents(ctx); err != nil {
 		return s, err
 	}
+	if err = s.awaitAgents(ctx); err != nil {
+		return s, err
+	}
 
 	if err = s.writeEnv(); err != nil {
 		return s, err
@@ -373,7 +376,7 @@ func (s *Stack) Banner() string {
 		{"API", s.apiURL + "/api/compute/<group>/<method>"},
 		{"Health", s.apiURL + "/healthz"},
 		{"Metrics", s.apiURL + "/metrics"},
-		{"Agents", s.agentURL + " (mutual TLS; " + fmt.Sprint(len(s.agents)) + " simulated bcd node agents, logs in " + filepath.Join(s.opts.Dir, "agents") + ")"},
+		{"Agents", s.agentURL + " (mutual TLS; " + s.agentSummary() + ", logs in " + filepath.Join(s.opts.Dir, "agents") + ")"},
 		{"Temporal UI", s.temporal.UIURL()},
 		{"Temporal gRPC", s.temporal.FrontendAddr() + " (namespace " + Namespace + ")"},
 		{"PostgreSQL", s.databaseURL},

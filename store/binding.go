@@ -1,0 +1,119 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Binding a hold reservation: each of its allocations on a node its agent
+// drives (adapter bcd/v1) gets a cdi.expose command exposing the
+// allocation's GPUs as CDI devices, and a cdi.withdraw once its atoms are
+// freed. The commands' idempotency keys name the reservation and the
+// allocation, so a retried activity queues nothing twice.
+
+// Binding states BindingStatus answers.
+const (
+	BindingWaiting = "waiting" // commands not all acknowledged yet
+	BindingBound   = "bound"   // every command succeeded
+	BindingFailed  = "failed"  // a command failed, was skipped, cancelled or expired
+)
+
+func bindKey(reservationID, allocationID string) string { return "bind:" + reservationID + ":" + allocationID }
+
+func unbindKey(reservationID, allocationID string) string {
+	return "unbind:" + reservationID + ":" + allocationID
+}
+
+type agentAllocation struct {
+	id, nodeID, nodeTenant string
+	atoms                  []string
+}
+
+// agentAllocations are the reservation's allocations on agent-driven nodes.
+func agentAllocations(ctx context.Context, tx Tx, reservationID string) ([]agentAllocation, error) {
+	rows, err := tx.Query(ctx, `SELECT a.id, a.node_id, n.tenant_id, a.atoms FROM allocations a JOIN nodes n ON n.id = a.node_id
+		WHERE a.reservation_id = $1 AND n.adapter = 'bcd/v1' ORDER BY a.node_id, a.id`, reservationID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentAllocation, error) {
+		var a agentAllocation
+		return a, r.Scan(&a.id, &a.nodeID, &a.nodeTenant, &a.atoms)
+	})
+}
+
+// QueueBindCommands queues the reservation's cdi.expose commands (none for
+// allocations on nodes without an agent), each valid until notAfter.
+func QueueBindCommands(ctx context.Context, tx Tx, reservationID string, notAfter time.Time) error {
+	allocs, err := agentAllocations(ctx, tx, reservationID)
+	if err != nil {
+		return err
+	}
+	for _, a := range allocs {
+		indexes, err := GPUIndexes(ctx, tx, a.nodeID, a.atoms)
+		if err != nil {
+			return err
+		}
+		slices.Sort(indexes)
+		args, err := json.Marshal(map[string]any{"reservationId": reservationID, "devices": slices.Compact(indexes)})
+		if err != nil {
+			return err
+		}
+		if _, err := QueueNodeCommand(ctx, tx, NodeCommand{NodeID: a.nodeID, TenantID: a.nodeTenant, Kind: CommandCDIExpose,
+			Args: args, NotAfter: &notAfter, CreatedBy: "reservation:" + reservationID}, bindKey(reservationID, a.id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BindingStatus says how the reservation's cdi.expose commands stand.
+func BindingStatus(ctx context.Context, tx Tx, reservationID string) (string, error) {
+	var want, succeeded, failed int
+	err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE c.state = 'succeeded'),
+			count(*) FILTER (WHERE c.state IN ('failed', 'skipped', 'cancelled', 'expired'))
+		FROM allocations a JOIN nodes n ON n.id = a.node_id AND n.adapter = 'bcd/v1'
+		LEFT JOIN node_commands c ON c.node_id = a.node_id AND c.idempotency_key = 'bind:' || a.reservation_id || ':' || a.id
+		WHERE a.reservation_id = $1`, reservationID).Scan(&want, &succeeded, &failed)
+	switch {
+	case err != nil:
+		return "", err
+	case failed > 0:
+		return BindingFailed, nil
+	case succeeded == want:
+		return BindingBound, nil
+	}
+	return BindingWaiting, nil
+}
+
+// queueUnbindCommands queues cdi.withdraw for each allocation that was
+// bound (had a cdi.expose queued).
+func queueUnbindCommands(ctx context.Context, tx Tx, reservationID string) error {
+	allocs, err := agentAllocations(ctx, tx, reservationID)
+	if err != nil {
+		return err
+	}
+	for _, a := range allocs {
+		var bound bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM node_commands WHERE node_id = $1 AND idempotency_key = $2)`,
+			a.nodeID, bindKey(reservationID, a.id)).Scan(&bound); err != nil {
+			return err
+		}
+		if !bound {
+			continue
+		}
+		args, err := json.Marshal(map[string]any{"reservationId": reservationID})
+		if err != nil {
+			return err
+		}
+		if _, err := QueueNodeCommand(ctx, tx, NodeCommand{NodeID: a.nodeID, TenantID: a.nodeTenant, Kind: CommandCDIWithdraw,
+			Args: args, CreatedBy: "reservation:" + reservationID}, unbindKey(reservationID, a.id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
