@@ -309,3 +309,30 @@ func TestFailBindingFreesTheAtoms(t *testing.T) {
 		t.Fatalf("commands = %q", cmds)
 	}
 }
+
+// Preempting an active spot reservation releases it with the reason and
+// frees its atoms from the preempting reservation's start.
+func TestPreemptAnActiveSpotReservation(t *testing.T) {
+	s := testenv.Store(t)
+	seed(t, s, "active")
+	ctx := context.Background()
+	if _, err := s.Pool.Exec(ctx, `UPDATE reservations SET spot = true WHERE id = 'res_1'`); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	if err := s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		return store.PreemptReservation(ctx, tx, "ten_a", "res_1", "rsv_x", at)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var st, failure string
+	if err := s.Pool.QueryRow(ctx, `SELECT state, failure::text FROM reservations WHERE id = 'res_1'`).Scan(&st, &failure); err != nil {
+		t.Fatal(err)
+	}
+	if st != "released" || !strings.Contains(failure, `"preempted"`) || !strings.Contains(failure, "rsv_x") {
+		t.Fatalf("state %s, failure %s", st, failure)
+	}
+	if got := bookings(t, s); len(got) != 1 || got[0].device != "gpu-0" || !got[0].upper.Equal(at) {
+		t.Fatalf("bookings = %+v, want gpu-0's cut at %v and gpu-1's gone", got, at)
+	}
+}

@@ -78,10 +78,16 @@ var previewAtoms = `WITH w AS (SELECT tstzrange(timestamptz 'epoch' + $3::bigint
 	FROM devices d JOIN nodes n ON n.id = d.node_id, w
 	WHERE d.pool_id = $1 AND d.class = $2 AND d.bookable AND d.removed_at IS NULL AND n.pool_id = $1 AND n.deleted_at IS NULL
 		AND ` + schedulableSQL + `
-		AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_node_id = d.node_id AND b.device_id = d.device_id AND b.during && w.r)
+		AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.device_node_id = d.node_id AND b.device_id = d.device_id AND b.during && w.r
+			AND NOT ($5 AND ` + spotBooking + `))
 		AND NOT EXISTS (SELECT 1 FROM device_bookings b JOIN devices nd ON nd.node_id = b.device_node_id AND nd.device_id = b.device_id
-			WHERE b.device_node_id = d.node_id AND b.during && w.r AND (d.class = 'node' OR nd.class = 'node'))
+			WHERE b.device_node_id = d.node_id AND b.during && w.r AND (d.class = 'node' OR nd.class = 'node')
+			AND NOT ($5 AND ` + spotBooking + `))
 	ORDER BY d.node_id, d.device_id`
+
+// spotBooking holds for a booking b of a spot reservation.
+const spotBooking = `EXISTS (SELECT 1 FROM allocations sa JOIN reservations sr ON sr.id = sa.reservation_id
+	WHERE sa.id = b.allocation_id AND sr.spot)`
 
 // previewInUse is the atoms of class $3 tenant $1 has booked in pool $2
 // over [$4, $5).
@@ -135,7 +141,7 @@ func (s *Server) capacityPreview(ctx context.Context, c *Call, tx store.Tx) (any
 	}
 	end := start + in.Duration*1000
 
-	nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, start, end)
+	nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, start, end, false)
 	if err != nil {
 		return nil, err
 	}
@@ -164,8 +170,9 @@ func (s *Server) capacityPreview(ctx context.Context, c *Call, tx store.Tx) (any
 }
 
 // freeNodes reads the pool's nodes with their atoms of class free over
-// [start, end), for capacity.preview and reservations.create.
-func freeNodes(ctx context.Context, tx store.Tx, poolID, class string, start, end int64) ([]placement.Node, error) {
+// [start, end), for capacity.preview and reservations.create; with
+// preemptSpot, atoms held only by spot reservations count as free.
+func freeNodes(ctx context.Context, tx store.Tx, poolID, class string, start, end int64, preemptSpot bool) ([]placement.Node, error) {
 	rows, err := tx.Query(ctx, previewNodes, poolID)
 	if err != nil {
 		return nil, err
@@ -181,7 +188,7 @@ func freeNodes(ctx context.Context, tx store.Tx, poolID, class string, start, en
 	for i, n := range nodes {
 		index[n.ID] = i
 	}
-	rows, err = tx.Query(ctx, previewAtoms, poolID, class, start, end)
+	rows, err = tx.Query(ctx, previewAtoms, poolID, class, start, end, preemptSpot)
 	if err != nil {
 		return nil, err
 	}

@@ -228,11 +228,25 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 	}
 	req := r.Devices
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
-		nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End)
+		nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false)
 		if err != nil {
 			return nil, err
 		}
 		plan, reasons := placement.Place(req, nodes)
+		var victims []spotVictim
+		if len(reasons) > 0 && !r.Spot {
+			// Atoms held only by spot reservations are this request's
+			// for the taking.
+			if nodes, err = freeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, true); err != nil {
+				return nil, err
+			}
+			if p, rs := placement.Place(req, nodes); len(rs) == 0 {
+				if victims, err = spotVictims(ctx, tx, p, r.Start, r.End); err != nil {
+					return nil, err
+				}
+				plan, reasons = p, nil
+			}
+		}
 		if len(reasons) > 0 {
 			err := core.Errorf(core.CodeInvalidState, "the request does not fit in pool %s over the window", pool.ID).
 				WithDetails(map[string]any{"reason": "noCapacity", "reasons": reasons, "reservationId": r.ID})
@@ -242,7 +256,11 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 		if err != nil {
 			return nil, err
 		}
-		if err := book(ctx, sp, r, plan); err != nil {
+		err = preempt(ctx, sp, victims, r)
+		if err == nil {
+			err = book(ctx, sp, r, plan)
+		}
+		if err != nil {
 			if rerr := sp.Rollback(ctx); rerr != nil {
 				return nil, rerr
 			}
@@ -313,6 +331,51 @@ func (s *Server) reservationsFailed(ctx context.Context, c *Call, tx store.Tx, c
 		return nil // placed by a retry meanwhile, or already failed
 	}
 	return store.SetReservationState(ctx, tx, r.TenantID, r.ID, from, reservations.Failed, failure)
+}
+
+// spotVictim is a spot reservation a placement preempts.
+type spotVictim struct{ tenantID, id string }
+
+// spotVictims are the spot reservations holding the plan's atoms (or a
+// whole-node device of their nodes) over [start, end), by id so that
+// concurrent preemptions lock them in one order.
+func spotVictims(ctx context.Context, tx store.Tx, plan placement.Plan, start, end int64) ([]spotVictim, error) {
+	var nodeIDs, atoms []string
+	for _, a := range plan.Allocations {
+		for _, atom := range a.Atoms {
+			nodeIDs, atoms = append(nodeIDs, a.NodeID), append(atoms, atom)
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT rs.tenant_id, rs.id FROM device_bookings b
+		JOIN devices d ON d.node_id = b.device_node_id AND d.device_id = b.device_id
+		JOIN allocations a ON a.id = b.allocation_id JOIN reservations rs ON rs.id = a.reservation_id
+		WHERE rs.spot AND b.during && tstzrange(timestamptz 'epoch' + $3::bigint * interval '1 millisecond',
+				timestamptz 'epoch' + $4::bigint * interval '1 millisecond')
+			AND ((b.device_node_id, b.device_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+				OR (d.class = 'node' AND b.device_node_id = ANY($1)))
+		ORDER BY rs.id`, nodeIDs, atoms, start, end)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (spotVictim, error) {
+		var v spotVictim
+		return v, row.Scan(&v.tenantID, &v.id)
+	})
+}
+
+// preempt ends the spot victims of reservation r, their atoms freed from
+// r's start (or now, if that is later: what has run stays booked).
+func preempt(ctx context.Context, tx store.Tx, victims []spotVictim, r Reservation) error {
+	at := time.UnixMilli(r.Start)
+	if now := time.Now(); now.Before(at) {
+		at = now
+	}
+	for _, v := range victims {
+		if err := store.PreemptReservation(ctx, tx, v.tenantID, v.id, r.ID, at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // book inserts the plan's allocations and their bookings. Allocations come

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,5 +231,41 @@ func TestReservationsExtendWithinTheOfferQuota(t *testing.T) {
 	}
 	if got, err := g.ReservationsGet(ctx, "globex", r.ID); err != nil || got.End != reservationsT0.Add(2*time.Hour).UnixMilli() {
 		t.Fatalf("after the refusal = %+v, %v", got, err)
+	}
+}
+
+// A request that does not fit takes atoms held only by spot reservations,
+// which are preempted (a spot reservation not begun is cancelled, with the
+// reason); spot requests never preempt.
+func TestReservationsPreemptSpot(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	a := e.client(e.boot.UserToken)
+	spot := reserveInput("acme", p.ID, "spot-1", 8, reservationsT0, 2*3600)
+	spot.Spot = true
+	victim, err := a.ReservationsCreate(ctx, spot)
+	if err != nil || victim.State != "placed" {
+		t.Fatalf("spot = %+v, %v", victim, err)
+	}
+	// Another spot request does not preempt it.
+	other := reserveInput("acme", p.ID, "spot-2", 1, reservationsT0.Add(time.Hour), 3600)
+	other.Spot = true
+	if _, err := a.ReservationsCreate(ctx, other); core.AsError(err).Details["reason"] != "noCapacity" {
+		t.Fatalf("a spot request for a full pool = %v", err)
+	}
+	r, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "regular", 4, reservationsT0.Add(time.Hour), 3600))
+	if err != nil || r.State != "placed" {
+		t.Fatalf("a regular request = %+v, %v", r, err)
+	}
+	got, err := a.ReservationsGet(ctx, "acme", victim.ID)
+	if err != nil || got.State != "cancelled" || !strings.Contains(string(got.Failure), `"preempted"`) {
+		t.Fatalf("the spot reservation = %+v (%s), %v", got, got.Failure, err)
+	}
+	if n := e.count(`SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id WHERE a.reservation_id = $1`, victim.ID); n != 0 {
+		t.Fatalf("%d bookings of the preempted reservation left", n)
+	}
+	if n := e.count(`SELECT count(*) FROM events WHERE resource_id = $1 AND type = 'reservation.cancelled'`, victim.ID); n != 1 {
+		t.Fatalf("%d cancelled events", n)
 	}
 }

@@ -22,7 +22,9 @@ const (
 	BindingFailed  = "failed"  // a command failed, was skipped, cancelled or expired
 )
 
-func bindKey(reservationID, allocationID string) string { return "bind:" + reservationID + ":" + allocationID }
+func bindKey(reservationID, allocationID string) string {
+	return "bind:" + reservationID + ":" + allocationID
+}
 
 func unbindKey(reservationID, allocationID string) string {
 	return "unbind:" + reservationID + ":" + allocationID

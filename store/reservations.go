@@ -77,19 +77,62 @@ func SetReservationState(ctx context.Context, tx Tx, tenantID, id string, from, 
 // cutting twice changes nothing the second time. Allocations that were
 // bound get their cdi.withdraw command in the same transaction.
 func CutReservationBookings(ctx context.Context, tx Tx, tenantID, id string) error {
+	return cutBookings(ctx, tx, tenantID, id, nil)
+}
+
+// cutBookings frees the reservation's atoms from at (now when nil).
+func cutBookings(ctx context.Context, tx Tx, tenantID, id string, at *time.Time) error {
 	if err := queueUnbindCommands(ctx, tx, id); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM device_bookings b USING allocations a
-		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id AND lower(b.during) >= now()`,
-		id, tenantID); err != nil {
+		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id AND lower(b.during) >= COALESCE($3, now())`,
+		id, tenantID, at); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `UPDATE device_bookings b SET during = tstzrange(lower(b.during), now())
+	_, err := tx.Exec(ctx, `UPDATE device_bookings b SET during = tstzrange(lower(b.during), COALESCE($3, now()))
 		FROM allocations a
 		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id
-			AND (upper_inf(b.during) OR upper(b.during) > now())`, id, tenantID)
+			AND (upper_inf(b.during) OR upper(b.during) > COALESCE($3, now()))`, id, tenantID, at)
 	return err
+}
+
+// PreemptReservation ends a spot reservation whose atoms reservation by,
+// starting at at, takes: one not begun is cancelled, an active (or expired)
+// one released, with the failure {code UNAVAILABLE, reason preempted, by};
+// its bookings are cut at at. A reservation already ended is left alone.
+func PreemptReservation(ctx context.Context, tx Tx, tenantID, id, by string, at time.Time) error {
+	from, err := LockReservationState(ctx, tx, tenantID, id)
+	if err != nil {
+		return err
+	}
+	failure, err := json.Marshal(map[string]any{"code": core.CodeUnavailable,
+		"message": "preempted by reservation " + by, "details": map[string]any{"reason": "preempted", "by": by}})
+	if err != nil {
+		return err
+	}
+	var path []reservations.State
+	switch from {
+	case reservations.AwaitingConfirmation, reservations.Pending, reservations.Placed, reservations.Binding:
+		path = []reservations.State{reservations.Cancelled}
+	case reservations.Active, reservations.Expired:
+		path = []reservations.State{reservations.Releasing, reservations.Released}
+	case reservations.Releasing:
+		path = []reservations.State{reservations.Released}
+	default:
+		return nil
+	}
+	for i, to := range path {
+		var f json.RawMessage
+		if i == len(path)-1 {
+			f = failure
+		}
+		if err := SetReservationState(ctx, tx, tenantID, id, from, to, f); err != nil {
+			return err
+		}
+		from = to
+	}
+	return cutBookings(ctx, tx, tenantID, id, &at)
 }
 
 // UnstartedReservation is a live reservation whose workflow start was not
