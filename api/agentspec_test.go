@@ -2,10 +2,14 @@ package api_test
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
 )
 
@@ -56,5 +60,38 @@ func TestAgentSessionNodeSpec(t *testing.T) {
 	next := rs.next("spec")
 	if next["generation"].(float64) <= gen || next["spec"].(map[string]any)["cordoned"] != true {
 		t.Fatalf("spec after the cordon %v", next)
+	}
+}
+
+// The agent collects its inventory again while the session lasts and sends
+// it when a section changed (a disk added here), never an unchanged one.
+func TestAgentSessionResendsAChangedInventory(t *testing.T) {
+	ae := newAgentEnv(t, time.Minute, "")
+	doc, err := inventory.Parse(fixture(t, "h100-8x-sxm.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	ae.run(session.Options{StateDir: t.TempDir(), InventoryEvery: 50 * time.Millisecond,
+		Inventory: func(context.Context) (*inventory.NodeInventory, error) {
+			d := *doc
+			if calls.Add(1) > 3 { // the machine gained a disk
+				d.Disks = append(slices.Clone(doc.Disks), inventory.Disk{Name: "nvme9n1", Serial: "S9", SizeBytes: 1 << 40})
+			}
+			return &d, nil
+		}})
+	snapshots := func() int {
+		return ae.count(`SELECT count(*) FROM node_inventories WHERE node_id = $1`, ae.node.ID)
+	}
+	for deadline := time.Now().Add(20 * time.Second); snapshots() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d inventory snapshots, want the first and the changed one", snapshots())
+		}
+	}
+	// Many more collections, no more snapshots.
+	for n := calls.Load(); calls.Load() < n+5; time.Sleep(20 * time.Millisecond) {
+	}
+	if got := snapshots(); got != 2 {
+		t.Fatalf("%d inventory snapshots, want 2", got)
 	}
 }

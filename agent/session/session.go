@@ -32,7 +32,10 @@ const Path = "/agent/v1/session"
 // Defaults of Options.
 const (
 	DefaultMinBackoff = time.Second
-	DefaultMaxBackoff = time.Minute
+	// DefaultInventoryEvery is how often a session collects the inventory
+	// again to send what changed.
+	DefaultInventoryEvery = 5 * time.Minute
+	DefaultMaxBackoff     = time.Minute
 	// defaultHeartbeat applies when welcome names no period.
 	defaultHeartbeat = 10 * time.Second
 	maxFrame         = 16 << 20
@@ -49,6 +52,10 @@ type Options struct {
 	// failed. When its RefreshInventory is nil, Run sets it to send a
 	// fresh inventory frame on the live session.
 	Executor *commands.Executor
+	// Inventory collects the node's inventory; nil sends none. It is
+	// collected at each session's start and every InventoryEvery
+	// (DefaultInventoryEvery), and sent when its digest changed.
+	InventoryEvery time.Duration
 	// Inventory collects the node's inventory; nil sends none.
 	Inventory func(ctx context.Context) (*inventory.NodeInventory, error)
 	// AgentVersion goes in hello, e.g. "bcd/0.1.0".
@@ -146,6 +153,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.InventoryEvery <= 0 {
+		o.InventoryEvery = DefaultInventoryEvery
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = DefaultMinBackoff
@@ -409,13 +419,42 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 		}
 	}()
 
-	// The inventory, when the server's differs.
-	if inv != nil && digest != welcome.InventoryDigest {
+	// The inventory, when the server's differs, then again whenever a
+	// section's hash changed since (collected every InventoryEvery).
+	if o.Inventory != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.send(inventoryFrame{Type: "inventory", Document: inv}); err != nil {
-				cancel(fmt.Errorf("send inventory: %w", err))
+			sent := welcome.InventoryDigest
+			if inv != nil && digest != sent {
+				if err := c.send(inventoryFrame{Type: "inventory", Document: inv}); err != nil {
+					cancel(fmt.Errorf("send inventory: %w", err))
+					return
+				}
+				sent = digest
+			}
+			t := time.NewTicker(o.InventoryEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-sessCtx.Done():
+					return
+				case <-t.C:
+				}
+				now, err := o.Inventory(sessCtx)
+				if err != nil {
+					r.log.Warn("inventory: collect failed", "error", err)
+					continue
+				}
+				h, err := inventory.Hash(now)
+				if err != nil || h.Digest == sent {
+					continue
+				}
+				if err := c.send(inventoryFrame{Type: "inventory", Document: now}); err != nil {
+					cancel(fmt.Errorf("send inventory: %w", err))
+					return
+				}
+				sent = h.Digest
 			}
 		}()
 	}
