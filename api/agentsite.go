@@ -85,34 +85,22 @@ func (s *Server) siteLease() time.Duration {
 	return DefaultSiteLease
 }
 
-// handleAgentSiteRegister is POST /agent/v1/site/register.
-func (s *Server) handleAgentSiteRegister(c *gin.Context) {
-	var in AgentSiteRegisterInput
-	if err := readAgentJSON(c, &in); err != nil {
-		writeError(c, err)
-		return
+// agentJSON serves an agent endpoint: the bounded JSON body (unknown
+// fields refused) into In, fn's answer as JSON, errors in the API's shape.
+func agentJSON[In, Out any](fn func(context.Context, In) (Out, error)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var in In
+		if err := readAgentJSON(c, &in); err != nil {
+			writeError(c, err)
+			return
+		}
+		out, err := fn(c.Request.Context(), in)
+		if err != nil {
+			writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, out)
 	}
-	out, err := s.SiteRegister(c.Request.Context(), in)
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, out)
-}
-
-// handleAgentSiteRenew is POST /agent/v1/site/renew.
-func (s *Server) handleAgentSiteRenew(c *gin.Context) {
-	var in AgentSiteRenewInput
-	if err := readAgentJSON(c, &in); err != nil {
-		writeError(c, err)
-		return
-	}
-	out, err := s.SiteRenew(c.Request.Context(), in)
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, out)
 }
 
 // checkSiteAgent validates the credential and holder before any query.

@@ -139,8 +139,8 @@ func New(deps Deps) (*Server, error) {
 	e.GET("/healthz", s.handleHealth)
 	e.POST(AgentJoinPath, s.handleAgentJoin)
 	e.POST(AgentJoinStatusPath, s.handleAgentJoinStatus)
-	e.POST(AgentSiteRegisterPath, s.handleAgentSiteRegister)
-	e.POST(AgentSiteRenewPath, s.handleAgentSiteRenew)
+	e.POST(AgentSiteRegisterPath, agentJSON(s.SiteRegister))
+	e.POST(AgentSiteRenewPath, agentJSON(s.SiteRenew))
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if deps.IAMAdmin != nil {
 		e.Any("/api/iam/*method", gin.WrapH(deps.IAMAdmin))
