@@ -95,3 +95,26 @@ func TestAgentSessionResendsAChangedInventory(t *testing.T) {
 		t.Fatalf("%d inventory snapshots, want 2", got)
 	}
 }
+
+// A session the server has nothing to say to lasts as long as the agent
+// beats: the write deadline of the server's last frame must not reset the
+// stream a lease later (HTTP/2 resets a stream whose write deadline
+// passes, write pending or not).
+func TestAgentSessionOutlivesItsLastServerFrame(t *testing.T) {
+	ae := newAgentEnv(t, time.Second, "")
+	rs, _ := ae.open(ae.identity)
+	rs.send(hello(time.Now()))
+	rs.next("welcome")
+	for range 12 { // three leases of heartbeats, no server frame
+		time.Sleep(250 * time.Millisecond)
+		rs.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
+	}
+	select {
+	case err := <-rs.ended:
+		t.Fatalf("the stream ended: %v", err)
+	default:
+	}
+	if s := ae.state(); s.connectivity != "connected" || s.epoch != 1 {
+		t.Fatalf("node %+v, want connected in epoch 1", s)
+	}
+}

@@ -117,6 +117,7 @@ func New(deps Deps) (*Server, error) {
 		deps: deps, store: deps.Store, iam: deps.IAM, catalog: deps.Catalog, registry: deps.Registry,
 		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(),
 	}
+	s.registerSessionGauge()
 	s.handlers = s.registerHandlers()
 	for name, h := range s.handlers {
 		m, ok := s.registry.Get(name)

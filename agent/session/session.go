@@ -375,7 +375,7 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 	}()
 
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), maxFrame)
+	sc.Buffer(make([]byte, 4<<10), maxFrame) // grows for a large frame
 	var welcome serverFrame
 	if !sc.Scan() {
 		return false, fmt.Errorf("no welcome: %w", scanErr(sc))
@@ -404,6 +404,13 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// A random phase keeps agents that connected together (after an
+		// API restart, say) from beating together.
+		select {
+		case <-sessCtx.Done():
+			return
+		case <-time.After(rand.N(period)):
+		}
 		t := time.NewTicker(period)
 		defer t.Stop()
 		for {

@@ -93,11 +93,16 @@ func serveCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("agent listener: %w", err)
 				}
+				agentsDone := make(chan struct{})
 				go func() {
+					defer close(agentsDone)
 					if err := cp.ServeAgents(cmd.Context(), aln, agents.hosts); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						b.logger.Error("agent listener", "error", err)
 					}
 				}()
+				// The sessions mark their nodes disconnected while the
+				// store is still open.
+				defer func() { <-agentsDone }()
 				b.logger.Info("agent listener", "addr", aln.Addr().String(), "endpoint", agents.endpoint)
 			}
 			b.logger.Info("api listening", "addr", ln.Addr().String())

@@ -176,9 +176,16 @@ func (cp *ControlPlane) ServeAgents(ctx context.Context, ln net.Listener, hosts 
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		// Sessions are long-lived streams: close them; agents reconnect to
-		// another replica.
-		return srv.Close()
+		// Sessions are long-lived streams: end them (each marks its node
+		// disconnected), wait a moment for their handlers, then close what
+		// is left. Agents reconnect to another replica.
+		cp.API.CloseAgentSessions()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			return srv.Close()
+		}
+		return nil
 	}
 }
 
