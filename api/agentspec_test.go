@@ -2,15 +2,21 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/store"
 )
 
 // The session sends the NodeSpec after welcome and again when its
@@ -116,5 +122,48 @@ func TestAgentSessionOutlivesItsLastServerFrame(t *testing.T) {
 	}
 	if s := ae.state(); s.connectivity != "connected" || s.epoch != 1 {
 		t.Fatalf("node %+v, want connected in epoch 1", s)
+	}
+}
+
+// commands.cancel of a command the agent is running stops it: exec's
+// process is killed and the result says so.
+func TestAgentSessionCancelsARunningCommand(t *testing.T) {
+	ae := newAgentEnv(t, time.Minute, "")
+	ctx := context.Background()
+	stateDir := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "started")
+	ae.run(session.Options{StateDir: stateDir,
+		Executor: &commands.Executor{StateDir: stateDir, CDIDir: t.TempDir(), Simulate: true}})
+	var c store.NodeCommand
+	args, _ := json.Marshal(map[string]any{"argv": []string{"/bin/sh", "-c", "touch " + marker + "; sleep 60"}})
+	if err := ae.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		c, err = store.QueueNodeCommand(ctx, tx, store.NodeCommand{NodeID: ae.node.ID, TenantID: ae.node.TenantID,
+			Kind: store.CommandExec, Args: args, CreatedBy: "test"}, "")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+	}
+	if _, err := ae.client(ae.boot.UserToken).CommandsCancel(ctx, "acme", ae.node.ID, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, err := ae.client(ae.boot.UserToken).CommandsGet(ctx, "acme", ae.node.ID, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == "cancelled" && strings.Contains(got.Error, "cancelled while it ran") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("command %+v, want cancelled with the agent's result", got)
+		}
 	}
 }

@@ -528,7 +528,16 @@ func (r *runner) execute(ctx context.Context) {
 		case r.o.Executor == nil:
 			res = commands.Result{Seq: cmd.Seq, State: "failed", Error: "this agent runs no commands"}
 		default:
-			res = r.o.Executor.Run(ctx, cmd)
+			// A cancel frame for the running command stops it (exec's
+			// process group is killed).
+			cmdCtx, stop := context.WithCancel(ctx)
+			r.q.running(cmd.Seq, stop)
+			res = r.o.Executor.Run(cmdCtx, cmd)
+			r.q.running(0, nil)
+			if cmdCtx.Err() != nil && ctx.Err() == nil {
+				res.State, res.Error = "failed", "cancelled while it ran"
+			}
+			stop()
 		}
 		r.result(resultFrame{Type: "result", Seq: cmd.Seq, State: res.State, ExitCode: res.ExitCode,
 			Stdout: res.Stdout, Stderr: res.Stderr, Error: res.Error, Truncated: res.Truncated})
@@ -543,6 +552,9 @@ type queue struct {
 	last      int64
 	cancelled map[int64]bool
 	wake      chan struct{}
+	// current is the running command's seq, stop what stops it.
+	current int64
+	stop    context.CancelFunc
 }
 
 func newQueue(last int64) *queue {
@@ -567,10 +579,22 @@ func (q *queue) push(c commands.Command) {
 	q.signal()
 }
 
+// cancel marks seq cancelled: skipped if it has not started, stopped if
+// it is running.
 func (q *queue) cancel(seq int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.cancelled[seq] = true
+	if seq == q.current && q.stop != nil {
+		q.stop()
+	}
+}
+
+// running records the command now running (0, nil: none).
+func (q *queue) running(seq int64, stop context.CancelFunc) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.current, q.stop = seq, stop
 }
 
 // raise drops redeliveries at or below seq (the executor's last).
