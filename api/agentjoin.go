@@ -286,7 +286,8 @@ func newRequestSecret() (string, []byte, error) {
 // its inventory, and issues its certificate for the CSR, all in tx. A
 // machine whose trusted hardware key matches a live node of the pool gets
 // that node back (a reinstall): its earlier identities are revoked. Any
-// other gets a new node: role host, provision state adopted, disconnected,
+// other gets a new node: role host, provision state adopted (adopting while
+// the pool's acceptance checks await nodes.adopt), disconnected,
 // trust from the pool's owner, observed generation 0 (it has applied no
 // NodeSpec yet, so it is not schedulable until it does).
 func (s *Server) admitNode(ctx context.Context, tx store.Tx, pool Pool, cand joinCandidate, by string) (AgentJoinResult, error) {
@@ -311,7 +312,7 @@ func (s *Server) admitNode(ctx context.Context, tx store.Tx, pool Pool, cand joi
 		if err != nil {
 			return AgentJoinResult{}, err
 		}
-		nn := NewNode{PoolID: pool.ID, Name: name, ProvisionState: nodes.Adopted, Role: nodes.RoleHost,
+		nn := NewNode{PoolID: pool.ID, Name: name, ProvisionState: joinedState(pool.Policy), Role: nodes.RoleHost,
 			Trust: nodes.TrustPlatform, Connectivity: nodes.Disconnected, ObservedGeneration: 0}
 		if pool.TenantID != s.rootTenant {
 			nn.Trust, nn.OwnerTenantID = nodes.TrustTenantOwned, pool.TenantID

@@ -38,12 +38,13 @@ func (s *Server) registerHandlers() map[string]handler {
 		"pools.offer":   {run: s.poolsOffer, refresh: true},
 		"pools.unoffer": {run: s.poolsUnoffer, refresh: true},
 
-		// nodes.adopt and the SSH certificates stay planned.
+		// The nodes' SSH certificates stay planned.
 		"nodes.list":        {list: s.nodesList},
 		"nodes.get":         {run: s.nodesGet},
 		"nodes.events":      {run: s.nodesEvents},
 		"nodes.cordon":      {run: s.nodesCordon},
 		"nodes.drain":       {run: s.nodesDrain, after: s.afterDrain},
+		"nodes.adopt":       {run: s.nodesAdopt},
 		"nodes.uncordon":    {run: s.nodesUncordon},
 		"nodes.label":       {run: s.nodesLabel},
 		"nodes.taint":       {run: s.nodesTaint},

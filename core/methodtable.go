@@ -648,6 +648,7 @@ var explicitSchemas = map[string][]Field{
 	"nodes.events":   {TenantIDField(), nodeID, listLimit},
 	"nodes.cordon":   {TenantIDField(), nodeID},
 	"nodes.uncordon": {TenantIDField(), nodeID},
+	"nodes.adopt":    {TenantIDField(), nodeID},
 	"nodes.drain": {TenantIDField(), nodeID,
 		{Name: "mode", Type: FieldString, Enum: []string{"wait", "release"}}},
 	"nodes.label": {TenantIDField(), nodeID, {Name: "set", Type: FieldObject, MaxBytes: 16 << 10},
