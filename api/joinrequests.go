@@ -125,11 +125,7 @@ func (s *Server) joinRequestsReject(ctx context.Context, c *Call, tx store.Tx) (
 // live session is closed at once (store.NodeIdentityRevokedChannel) and
 // the agent cannot reconnect until it joins again. It answers the node.
 func (s *Server) nodesRevokeIdentity(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	var in nodeIDInput
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, true)
+	n, err := s.lockedNode(ctx, c, tx)
 	if err != nil {
 		return nil, err
 	}

@@ -191,6 +191,16 @@ func (s *Server) putNodeAuthz(ctx context.Context, tx store.Tx, n Node) error {
 
 func nodeNotFound(id string) error { return core.Errorf(core.CodeNotFound, "node %s not found", id) }
 
+// lockedNode decodes the input's nodeId and locks the tenant's node
+// (NOT_FOUND for another tenant's).
+func (s *Server) lockedNode(ctx context.Context, c *Call, tx store.Tx) (Node, error) {
+	var in nodeIDInput
+	if err := decode(c.Input, &in); err != nil {
+		return Node{}, err
+	}
+	return s.loadNode(ctx, tx, c.TenantID, in.NodeID, true)
+}
+
 // loadNode reads a live node of the tenant; lock takes it for a change.
 // Another tenant's node, a deleted one or none is NOT_FOUND.
 func (s *Server) loadNode(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Node, error) {
@@ -401,11 +411,7 @@ func (s *Server) nodesUncordon(ctx context.Context, c *Call, tx store.Tx) (any, 
 // setCordon is idempotent: a node already in the wanted state is answered
 // as it is, with no event.
 func (s *Server) setCordon(ctx context.Context, c *Call, tx store.Tx, cordon bool) (any, error) {
-	var in nodeIDInput
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, true)
+	n, err := s.lockedNode(ctx, c, tx)
 	if err != nil || n.Cordoned == cordon {
 		return n, err
 	}
@@ -596,11 +602,7 @@ func (s *Server) nodesTaint(ctx context.Context, c *Call, tx store.Tx) (any, err
 // its devices are marked removed, its name is free again. A node with a
 // bookable atom in use is refused too once bookings exist (none yet).
 func (s *Server) nodesDelete(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	var in nodeIDInput
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, true)
+	n, err := s.lockedNode(ctx, c, tx)
 	if err != nil {
 		return nil, err
 	}

@@ -34,11 +34,7 @@ func joinedState(p PoolPolicy) nodes.ProvisionState {
 }
 
 func (s *Server) nodesAdopt(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	var in nodeIDInput
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, true)
+	n, err := s.lockedNode(ctx, c, tx)
 	if err != nil {
 		return nil, err
 	}
