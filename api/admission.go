@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
@@ -27,29 +28,8 @@ import (
 // A crash after transaction 1 leaves a prepared row: the retry with the same
 // key finds it and decides on the same draft, so nothing is lost or doubled.
 
-// admission is an admission method's two halves.
-type admission struct {
-	// prepare writes the draft (and its authorization row) and returns the
-	// resource the decision is made on. The draft's id should derive from
-	// draftID so a retry finds the same row.
-	prepare func(ctx context.Context, c *Call, tx store.Tx, draftID string) (iam.Resource, error)
-	// complete runs after the decision allowed it, in transaction 2.
-	complete func(ctx context.Context, c *Call, tx store.Tx) (any, error)
-	// denied, optional, records a denial on the draft (in its own transaction).
-	denied func(ctx context.Context, c *Call, tx store.Tx) error
-	// failed, optional, records on the draft why complete refused it, in a
-	// transaction of its own once transaction 2 has rolled back; it decides
-	// from cause whether the refusal is final (no capacity, over quota).
-	failed func(ctx context.Context, c *Call, tx store.Tx, cause error) error
-	// started, optional, starts what drives the admitted resource (its
-	// workflow) once transaction 2 has committed — and again on every replay,
-	// so a crash between the commit and the start is finished by the
-	// caller's retry. It must be idempotent.
-	started func(ctx context.Context, c *Call) error
-}
-
 // admit runs an admission's steps 6 and 8.
-func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) {
+func (s *Server) admit(ctx context.Context, c *Call, a *rpc.ErasedAdmission) (any, error) {
 	var in struct {
 		IdempotencyKey string `json:"idempotencyKey"`
 	}
@@ -78,7 +58,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 			return err
 		}
 		if in.IdempotencyKey == "" { // a change of an existing row (reservations.extend)
-			c.Resource, err = a.prepare(ctx, c, tx, "")
+			c.Resource, err = a.Prepare(ctx, c, tx, "")
 			return err
 		}
 		row, found, err := key.lock(ctx, tx)
@@ -96,7 +76,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 			return nil
 		}
 		prefix := d.Resource.Prefix
-		c.Resource, err = a.prepare(ctx, c, tx, core.DerivedID(prefix, c.TenantID, c.Caller.IdentityID, in.IdempotencyKey))
+		c.Resource, err = a.Prepare(ctx, c, tx, core.DerivedID(prefix, c.TenantID, c.Caller.IdentityID, in.IdempotencyKey))
 		if err != nil {
 			return err
 		}
@@ -113,10 +93,10 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 			return nil, core.Wrap(core.CodeUnavailable, err, "could not refresh the draft before deciding")
 		}
 	}
-	req := c.request(c.Resource)
+	req := c.Request(c.Resource)
 	if err := s.iam.Require(ctx, req); err != nil {
-		if a.denied != nil && errors.Is(err, core.ErrAccessDenied) {
-			if derr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.denied(ctx, c, tx) }); derr != nil {
+		if a.Denied != nil && errors.Is(err, core.ErrAccessDenied) {
+			if derr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.Denied(ctx, c, tx) }); derr != nil {
 				s.deps.Logger.Error("recording a denied admission", "error", derr)
 			}
 		}
@@ -134,7 +114,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 				return nil
 			}
 		}
-		if out, err = a.complete(ctx, c, tx); err != nil {
+		if out, err = a.Complete(ctx, c, tx); err != nil {
 			return err
 		}
 		if in.IdempotencyKey != "" {
@@ -153,8 +133,8 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 	if err == nil {
 		return out, s.start(ctx, c, a)
 	}
-	if a.failed != nil {
-		if ferr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.failed(ctx, c, tx, err) }); ferr != nil {
+	if a.Failed != nil {
+		if ferr := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return a.Failed(ctx, c, tx, err) }); ferr != nil {
 			s.deps.Logger.Error("recording a refused admission", "resource", c.Resource.String(), "error", ferr)
 		}
 	}
@@ -163,11 +143,11 @@ func (s *Server) admit(ctx context.Context, c *Call, a *admission) (any, error) 
 
 // start runs the admission's started hook; a failure is UNAVAILABLE, which
 // the caller retries with the same key (the replay starts it again).
-func (s *Server) start(ctx context.Context, c *Call, a *admission) error {
-	if a.started == nil {
+func (s *Server) start(ctx context.Context, c *Call, a *rpc.ErasedAdmission) error {
+	if a.Started == nil {
 		return nil
 	}
-	if err := a.started(ctx, c); err != nil {
+	if err := a.Started(ctx, c); err != nil {
 		return core.Wrap(core.CodeUnavailable, err, "admitted, but its workflow could not be started; retry with the same idempotencyKey")
 	}
 	return nil

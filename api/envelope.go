@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
@@ -32,81 +33,7 @@ import (
 // IAM is never called inside a transaction.
 
 // Call is one method call in flight, as handlers see it.
-type Call struct {
-	Method   core.Method
-	Cred     iam.Credential
-	Caller   *iam.Caller // nil for an unauthenticated public call
-	Input    json.RawMessage
-	TenantID string // the input's tenantId
-	// DecisionTenant is where the decision is made: the root tenant for
-	// fleet-wide methods, the input's tenant otherwise.
-	DecisionTenant string
-	// Resource is what the decision was made on.
-	Resource iam.Resource
-	Action   string
-	// Override: a root-tenant caller acting in another tenant.
-	Override bool
-	// Scope of an owner-scoped list: "mine" (the default: the handler's SQL
-	// keeps the caller's own rows, with no per-item decisions) or "all".
-	Scope string
-}
-
-// scopeMine is the owner scope whose rows the SQL, not IAM, filters.
-const scopeMine = "mine"
-
-// request is the call's question to IAM about r.
-func (c *Call) request(r iam.Resource) iam.Request {
-	return iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: r, RequestID: c.Cred.RequestID}
-}
-
-// handler serves one method. Exactly one of direct, run, list and admission
-// is set.
-type handler struct {
-	// direct runs with no transaction (system methods).
-	direct func(ctx context.Context, c *Call) (any, error)
-	// run is the handler of a read or a mutation, in the call's transaction.
-	run func(ctx context.Context, c *Call, tx store.Tx) (any, error)
-	// list reads one page of a "+ items" list; the envelope then keeps only
-	// the items the caller may read.
-	list func(ctx context.Context, c *Call, tx store.Tx) (page, error)
-	// admission serves a method whose decision is made on its draft.
-	admission *admission
-	// refresh: once the mutation commits, this process's projection re-reads
-	// the resource it was decided on, so the next decision (an offer's
-	// receiving tenant listing the pool, say) does not wait for the tail.
-	refresh bool
-	// after, optional with run, finishes a mutation once its transaction
-	// has committed, outside it (a workflow update), and answers the call.
-	after func(ctx context.Context, c *Call, out any) (any, error)
-}
-
-// page is what a list handler read: its items, each with the resource it is
-// decided on, and how to shape the answer from the kept items.
-type page struct {
-	items  []item
-	answer func(kept []any) any
-}
-
-type item struct {
-	resource iam.Resource
-	value    any
-}
-
-// pageOf is the page of rows, each decided on resource(row), answered as
-// wrap(the rows kept).
-func pageOf[T any](rows []T, resource func(T) iam.Resource, wrap func([]T) any) page {
-	p := page{items: make([]item, len(rows)), answer: func(kept []any) any {
-		out := make([]T, len(kept))
-		for i, k := range kept {
-			out[i] = k.(T)
-		}
-		return wrap(out)
-	}}
-	for i, r := range rows {
-		p.items[i] = item{resource: resource(r), value: r}
-	}
-	return p
-}
+type Call = rpc.Call
 
 // Call runs method name ("group.method") with a JSON input.
 func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, input json.RawMessage) (out any, err error) {
@@ -122,15 +49,15 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 	h, served := s.handlers[name]
 
 	if m.Public { // step 1
-		if err := m.Schema.Validate(input); err != nil {
+		if err := s.validate(c, h); err != nil {
 			return nil, err
 		}
-		return h.direct(ctx, c)
+		return h.Direct(ctx, c)
 	}
 	if !cred.Present() { // step 2
 		return nil, core.Errorf(core.CodeUnauthn, "a credential is required")
 	}
-	if err := m.Schema.Validate(input); err != nil { // step 3
+	if err := s.validate(c, h); err != nil { // step 3
 		return nil, err
 	}
 	if c.TenantID, err = tenantOf(input); err != nil {
@@ -147,44 +74,61 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 		return nil, core.Errorf(core.CodeUnsupported, "%s is planned for %s", name, phaseOf(m)).
 			WithDetails(map[string]any{"reason": "planned", "phase": phaseOf(m)})
 	}
-	if h.admission != nil { // step 6
+	if h.Admission != nil { // step 6
 		if c.Method.Kind != core.KindAdmission {
 			return nil, core.Errorf(core.CodeInternal, "%s is not an admission", name)
 		}
-		return s.admit(ctx, c, h.admission)
+		return s.admit(ctx, c, h.Admission)
 	}
 	if err := s.decide(ctx, c); err != nil { // step 7
 		return nil, err
 	}
 	switch { // step 8
-	case h.direct != nil:
-		return h.direct(ctx, c)
-	case h.list != nil:
+	case h.Direct != nil:
+		return h.Direct(ctx, c)
+	case h.List != nil:
 		if c.Scope, err = scopeOf(c.Method, c.Input); err != nil {
 			return nil, err
 		}
 		return s.runList(ctx, c, h)
 	case m.Kind.Mutates():
 		err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-			if out, err = h.run(ctx, c, tx); err != nil {
+			if out, err = h.Run(ctx, c, tx); err != nil {
 				return err
 			}
 			return writeAudit(ctx, tx, c)
 		})
-		if err == nil && h.refresh {
+		if err == nil && h.Refresh {
 			s.refreshAfterCommit(ctx, c)
 		}
-		if err == nil && h.after != nil {
-			return h.after(ctx, c, out)
+		if err == nil && h.After != nil {
+			return h.After(ctx, c, out)
 		}
 		return out, err
 	default:
 		err = s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
-			out, err = h.run(ctx, c, tx)
+			out, err = h.Run(ctx, c, tx)
 			return err
 		})
 		return out, err
 	}
+}
+
+// validate checks the input against the method's schema, then decodes it
+// into the method's input type for the handler.
+func (s *Server) validate(c *Call, h *rpc.Handler) error {
+	if err := c.Method.Schema.Validate(c.Input); err != nil {
+		return err
+	}
+	if h == nil || h.Decode == nil {
+		return nil
+	}
+	in, err := h.Decode(c.Input)
+	if err != nil {
+		return err
+	}
+	c.SetInput(in)
+	return nil
 }
 
 func phaseOf(m core.Method) string {
@@ -229,7 +173,7 @@ func (s *Server) decide(ctx context.Context, c *Call) error {
 	if c.Resource, err = s.resourceOf(d.Resource, c); err != nil {
 		return err
 	}
-	req := c.request(c.Resource)
+	req := c.Request(c.Resource)
 	if c.Method.Kind.Mutates() {
 		return s.iam.Require(ctx, req)
 	}
@@ -334,24 +278,24 @@ const listRetryWait = 100 * time.Millisecond
 // rest go to AuthorizeMany in batches of at most 50. A NOT_FOUND (IAM does
 // not know an item yet) waits, reloads the page and retries once; any other
 // failure fails the whole request, never a partial list.
-func (s *Server) runList(ctx context.Context, c *Call, h handler) (any, error) {
+func (s *Server) runList(ctx context.Context, c *Call, h *rpc.Handler) (any, error) {
 	for attempt := 0; ; attempt++ {
-		var p page
+		var p rpc.Page
 		err := s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
-			p, err = h.list(ctx, c, tx)
+			p, err = h.List(ctx, c, tx)
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
-		if c.Scope == scopeMine {
-			kept := make([]any, len(p.items))
-			for i, it := range p.items {
-				kept[i] = it.value
+		if c.Scope == rpc.ScopeMine {
+			kept := make([]any, len(p.Items))
+			for i, it := range p.Items {
+				kept[i] = it.Value
 			}
-			return p.answer(kept), nil
+			return p.Answer(kept), nil
 		}
-		kept, err := s.filterItems(ctx, c, p.items)
+		kept, err := s.filterItems(ctx, c, p.Items)
 		if errors.Is(err, core.ErrNotFound) && attempt == 0 {
 			if err := sleep(ctx, listRetryWait); err != nil {
 				return nil, err
@@ -361,17 +305,17 @@ func (s *Server) runList(ctx context.Context, c *Call, h handler) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return p.answer(kept), nil
+		return p.Answer(kept), nil
 	}
 }
 
-func (s *Server) filterItems(ctx context.Context, c *Call, items []item) ([]any, error) {
+func (s *Server) filterItems(ctx context.Context, c *Call, items []rpc.Item) ([]any, error) {
 	kept := make([]any, 0, len(items))
 	for start := 0; start < len(items); start += iam.MaxBatch {
 		batch := items[start:min(start+iam.MaxBatch, len(items))]
 		reqs := make([]iam.Request, len(batch))
 		for i, it := range batch {
-			reqs[i] = c.request(it.resource)
+			reqs[i] = c.Request(it.Resource)
 		}
 		decisions, err := s.iam.AuthorizeMany(ctx, reqs)
 		if err != nil {
@@ -382,7 +326,7 @@ func (s *Server) filterItems(ctx context.Context, c *Call, items []item) ([]any,
 		}
 		for i, d := range decisions {
 			if d.Allowed {
-				kept = append(kept, batch[i].value)
+				kept = append(kept, batch[i].Value)
 			}
 		}
 	}

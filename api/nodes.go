@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/iam"
@@ -323,7 +324,7 @@ func (s *Server) nodesGet(ctx context.Context, c *Call, tx store.Tx) (any, error
 // by pool, provision state, connectivity and computed schedulability.
 // Schedulability is filtered after the page is read, so the one predicate
 // (core/nodes) decides it.
-func (s *Server) nodesList(ctx context.Context, c *Call, tx store.Tx) (page, error) {
+func (s *Server) nodesList(ctx context.Context, c *Call, tx store.Tx) (rpc.Page, error) {
 	var in struct {
 		PoolID         string `json:"poolId"`
 		ProvisionState string `json:"provisionState"`
@@ -331,7 +332,7 @@ func (s *Server) nodesList(ctx context.Context, c *Call, tx store.Tx) (page, err
 		Schedulable    *bool  `json:"schedulable"`
 	}
 	if err := decode(c.Input, &in); err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	rows, err := tx.Query(ctx, nodeSelect+`
 		WHERE n.tenant_id = $1 AND n.deleted_at IS NULL
@@ -340,16 +341,16 @@ func (s *Server) nodesList(ctx context.Context, c *Call, tx store.Tx) (page, err
 		ORDER BY n.created_at, n.id LIMIT $6`,
 		c.TenantID, in.PoolID, in.ProvisionState, in.Connectivity, s.catalog.FullName("node"), listLimit)
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	if in.Schedulable != nil {
 		list = slices.DeleteFunc(list, func(n Node) bool { return n.Schedulable != *in.Schedulable })
 	}
-	return pageOf(list, func(n Node) iam.Resource { return s.nodeResource(n.ID) },
+	return rpc.PageOf(list, func(n Node) iam.Resource { return s.nodeResource(n.ID) },
 		func(kept []Node) any { return NodeList{Items: kept} }), nil
 }
 

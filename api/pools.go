@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/gpu"
 	"github.com/better-compute/better-compute/iam"
@@ -449,13 +450,13 @@ func (s *Server) poolsGet(ctx context.Context, c *Call, tx store.Tx) (any, error
 
 // poolsList answers the tenant's live pools and the live pools offered to
 // it, of which the projection holds a row in the tenant's view.
-func (s *Server) poolsList(ctx context.Context, c *Call, tx store.Tx) (page, error) {
+func (s *Server) poolsList(ctx context.Context, c *Call, tx store.Tx) (rpc.Page, error) {
 	var in struct {
 		SiteID string `json:"siteId"`
 		Class  string `json:"class"`
 	}
 	if err := decode(c.Input, &in); err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	rows, err := tx.Query(ctx, poolSelect+`
 		WHERE p.archived_at IS NULL AND (p.tenant_id = $1 OR o.tenant_id IS NOT NULL)
@@ -464,13 +465,13 @@ func (s *Server) poolsList(ctx context.Context, c *Call, tx store.Tx) (page, err
 		              AND (a.tenant_id = $1 OR $1 = ANY (a.shared_with)))
 		ORDER BY p.created_at, p.id LIMIT $5`, c.TenantID, in.SiteID, in.Class, s.catalog.FullName("pool"), listLimit)
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	pools, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Pool, error) { return scanPool(r) })
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
-	return pageOf(pools, func(x Pool) iam.Resource { return s.poolResource(x.ID) },
+	return rpc.PageOf(pools, func(x Pool) iam.Resource { return s.poolResource(x.ID) },
 		func(kept []Pool) any { return PoolList{Items: kept} }), nil
 }
 

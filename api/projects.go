@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
@@ -100,7 +101,7 @@ func (s *Server) loadProject(ctx context.Context, tx store.Tx, tenantID, id stri
 	return p, err
 }
 
-func (s *Server) projectsList(ctx context.Context, c *Call, tx store.Tx) (page, error) {
+func (s *Server) projectsList(ctx context.Context, c *Call, tx store.Tx) (rpc.Page, error) {
 	// The SQL pre-filter: the tenant's live projects, of which the
 	// projection holds a row (in the tenant's view).
 	rows, err := tx.Query(ctx, `SELECT `+projectColumns+` FROM projects p
@@ -108,13 +109,13 @@ func (s *Server) projectsList(ctx context.Context, c *Call, tx store.Tx) (page, 
 		  AND EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = $2 AND a.id = p.id AND a.tenant_id = $1)
 		ORDER BY p.created_at, p.id LIMIT $3`, c.TenantID, s.catalog.FullName("project"), listLimit)
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	projects, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Project, error) { return scanProject(r) })
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
-	return pageOf(projects, func(x Project) iam.Resource { return s.projectResource(x.ID) },
+	return rpc.PageOf(projects, func(x Project) iam.Resource { return s.projectResource(x.ID) },
 		func(kept []Project) any { return ProjectList{Items: kept} }), nil
 }
 

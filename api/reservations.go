@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/core/reservations"
@@ -86,9 +87,9 @@ type ReservationAllocation struct {
 // gpuClasses are the classes whose count is the draft's gpuCount.
 var gpuClasses = map[string]bool{placement.ClassGPU: true, placement.ClassMIG: true, placement.ClassSlot: true}
 
-func (s *Server) reservationsAdmission() *admission {
-	return &admission{prepare: s.reservationsPrepare, complete: s.reservationsComplete,
-		denied: s.reservationsDenied, failed: s.reservationsFailed, started: s.reservationsStarted}
+func (s *Server) reservationsAdmission() *rpc.ErasedAdmission {
+	return &rpc.ErasedAdmission{Prepare: s.reservationsPrepare, Complete: s.reservationsComplete,
+		Denied: s.reservationsDenied, Failed: s.reservationsFailed, Started: s.reservationsStarted}
 }
 
 type reservationInput struct {
@@ -302,7 +303,7 @@ func failureError(r Reservation) error {
 	if f.Code == "" {
 		f.Code = core.CodeInvalidState
 	}
-	return core.Errorf(f.Code, "reservation %s failed: %s", r.ID, f.Message).WithDetails(f.Details)
+	return core.Errorf(f.Code, "reservation %s Failed: %s", r.ID, f.Message).WithDetails(f.Details)
 }
 
 // reservationsFailed records a final refusal (no capacity, over quota):

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
@@ -170,10 +171,10 @@ func (s *Server) afterRenew(ctx context.Context, c *Call, out any) (any, error) 
 
 // reservations.extend, an admission on the existing row.
 
-func (s *Server) reservationsExtendAdmission() *admission {
-	return &admission{prepare: s.extendPrepare, complete: s.extendComplete,
-		denied: s.extendUndo, failed: func(ctx context.Context, c *Call, tx store.Tx, _ error) error { return s.extendUndo(ctx, c, tx) },
-		started: s.extendStarted}
+func (s *Server) reservationsExtendAdmission() *rpc.ErasedAdmission {
+	return &rpc.ErasedAdmission{Prepare: s.extendPrepare, Complete: s.extendComplete,
+		Denied: s.extendUndo, Failed: func(ctx context.Context, c *Call, tx store.Tx, _ error) error { return s.extendUndo(ctx, c, tx) },
+		Started: s.extendStarted}
 }
 
 type extendInput struct {
@@ -446,17 +447,17 @@ type ReservationList struct {
 	Items []Reservation `json:"items"`
 }
 
-func (s *Server) reservationsList(ctx context.Context, c *Call, tx store.Tx) (page, error) {
+func (s *Server) reservationsList(ctx context.Context, c *Call, tx store.Tx) (rpc.Page, error) {
 	var in struct {
 		State     string `json:"state"`
 		PoolID    string `json:"poolId"`
 		ProjectID string `json:"projectId"`
 	}
 	if err := decode(c.Input, &in); err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	owner := ""
-	if c.Scope == scopeMine {
+	if c.Scope == rpc.ScopeMine {
 		owner = c.Caller.IdentityID
 	}
 	// The SQL pre-filter: the tenant's decided reservations (drafts are not
@@ -469,16 +470,16 @@ func (s *Server) reservationsList(ctx context.Context, c *Call, tx store.Tx) (pa
 		ORDER BY r.created_at DESC, r.id DESC LIMIT $7`,
 		c.TenantID, owner, in.State, in.PoolID, in.ProjectID, s.catalog.FullName("reservation"), listLimit)
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Reservation, error) { return scanReservation(row) })
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	if err := withAllocations(ctx, tx, items); err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
-	return pageOf(items, func(r Reservation) iam.Resource {
+	return rpc.PageOf(items, func(r Reservation) iam.Resource {
 		return iam.Resource{Type: s.catalog.FullName("reservation"), ID: r.ID}
 	},
 		func(kept []Reservation) any { return ReservationList{Items: kept} }), nil

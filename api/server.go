@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/client"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
@@ -31,9 +32,11 @@ type Deps struct {
 	// IAM decides every call; nil means no credential is valid, so every
 	// authenticated method fails closed with UNAUTHENTICATED.
 	IAM iam.Port
-	// Catalog and Registry default to the core catalog and the method table.
-	Catalog  *core.Catalog
-	Registry *core.Registry
+	// Catalog defaults to the core catalog.
+	Catalog *core.Catalog
+	// Domains are the method groups served (default Domains); every other
+	// method of the method table answers UNSUPPORTED (planned).
+	Domains []rpc.Domain
 	// RootTenant is the platform's tenant (default "root").
 	RootTenant string
 	// Projection reports the authorization projection's health to
@@ -79,7 +82,7 @@ type Server struct {
 	catalog    *core.Catalog
 	registry   *core.Registry
 	rootTenant string
-	handlers   map[string]handler
+	handlers   map[string]*rpc.Handler
 	engine     *gin.Engine
 	metrics    *metrics
 	// agents are the live node sessions of this process (agentsession.go).
@@ -104,30 +107,37 @@ func New(deps Deps) (*Server, error) {
 			return nil, err
 		}
 	}
-	if deps.Registry == nil {
-		if deps.Registry, err = core.TableRegistry(); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := core.CheckRegistry(deps.Catalog, deps.Registry); err != nil {
-		return nil, err
+	if deps.Domains == nil {
+		deps.Domains = Domains
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{
-		deps: deps, store: deps.Store, iam: deps.IAM, catalog: deps.Catalog, registry: deps.Registry,
+		deps: deps, store: deps.Store, iam: deps.IAM, catalog: deps.Catalog,
 		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(),
 	}
-	s.registerSessionGauge()
-	s.handlers = s.registerHandlers()
-	for name, h := range s.handlers {
+	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
+		RootTenant: deps.RootTenant, Logger: deps.Logger}
+	descriptors := s.systemMethods()
+	for _, domain := range deps.Domains {
+		descriptors = append(descriptors, domain(rdeps)...)
+	}
+	if s.registry, s.handlers, err = Served(descriptors); err != nil {
+		return nil, err
+	}
+	for name, h := range s.legacyHandlers() {
 		m, ok := s.registry.Get(name)
-		if !ok {
-			return nil, core.Errorf(core.CodeInvalidConfig, "handler for %s, which the registry lacks", name)
+		if !ok || s.handlers[name] != nil {
+			return nil, core.Errorf(core.CodeInvalidConfig, "legacy handler for %s, which the registry lacks or a descriptor serves", name)
 		}
-		if (m.Kind == core.KindAdmission) != (h.admission != nil) {
+		if (m.Kind == core.KindAdmission) != (h.Admission != nil) {
 			return nil, core.Errorf(core.CodeInvalidConfig, "%s: an admission method needs an admission handler, and only it", name)
 		}
+		s.handlers[name] = h
 	}
+	if _, err := core.CheckRegistry(deps.Catalog, s.registry); err != nil {
+		return nil, err
+	}
+	s.registerSessionGauge()
 	e := s.engine
 	e.ContextWithFallback = true
 	e.HandleMethodNotAllowed = true
@@ -151,6 +161,10 @@ func New(deps Deps) (*Server, error) {
 
 // DefaultRootTenant is the platform's tenant id unless configured otherwise.
 const DefaultRootTenant = iam.DefaultRootTenantID
+
+// Registry is the registry this server runs: the method table, with the
+// input schemas of the methods it serves.
+func (s *Server) Registry() *core.Registry { return s.registry }
 
 // ServeHTTP makes the server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }

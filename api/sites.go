@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
@@ -193,20 +194,20 @@ func (s *Server) sitesGet(ctx context.Context, c *Call, tx store.Tx) (any, error
 	return s.loadSite(ctx, tx, c.TenantID, in.SiteID, false)
 }
 
-func (s *Server) sitesList(ctx context.Context, c *Call, tx store.Tx) (page, error) {
+func (s *Server) sitesList(ctx context.Context, c *Call, tx store.Tx) (rpc.Page, error) {
 	// The SQL pre-filter: the tenant's live sites the projection holds.
 	rows, err := tx.Query(ctx, `SELECT `+siteColumns+` FROM sites s
 		WHERE s.tenant_id = $1 AND s.deleted_at IS NULL
 		  AND EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = $2 AND a.id = s.id AND a.tenant_id = $1)
 		ORDER BY s.created_at, s.id LIMIT $3`, c.TenantID, s.catalog.FullName("site"), listLimit)
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
 	sites, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Site, error) { return scanSite(r) })
 	if err != nil {
-		return page{}, err
+		return rpc.Page{}, err
 	}
-	return pageOf(sites, func(x Site) iam.Resource { return s.siteResource(x.ID) },
+	return rpc.PageOf(sites, func(x Site) iam.Resource { return s.siteResource(x.ID) },
 		func(kept []Site) any { return SiteList{Items: kept} }), nil
 }
 

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 
+	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/buildinfo"
 )
@@ -10,80 +12,89 @@ import (
 // APIVersion is the version of the call contract this server speaks.
 const APIVersion = "v0.1"
 
-// registerHandlers is the table of methods this server serves; every other
-// method of the registry answers UNSUPPORTED (planned).
-func (s *Server) registerHandlers() map[string]handler {
-	return map[string]handler{
-		"system.version":   {direct: s.systemVersion},
-		"system.whoami":    {direct: s.systemWhoami},
-		"system.selfCheck": {direct: s.systemSelfCheck},
-		"projects.create":  {run: s.projectsCreate},
-		"projects.get":     {run: s.projectsGet},
-		"projects.list":    {list: s.projectsList},
-		"projects.archive": {run: s.projectsArchive},
+// systemMethods are the API's own methods: who is calling, what runs, and
+// whether it is healthy.
+func (s *Server) systemMethods() []rpc.Descriptor {
+	return []rpc.Descriptor{
+		&rpc.Method[rpc.NoInput, VersionOutput]{Name: "system.version", Action: "none (public)", DecidedOn: "nothing",
+			Phase: "v0.1", Kind: core.KindRead, Direct: s.systemVersion},
+		&rpc.Method[rpc.NoInput, WhoamiOutput]{Name: "system.whoami", Action: "none (public)", DecidedOn: "nothing",
+			Phase: "v0.1", Kind: core.KindRead, Direct: s.systemWhoami},
+		&rpc.Method[rpc.TenantInput, SelfCheckOutput]{Name: "system.selfCheck", Action: "compute:fleet:admin",
+			DecidedOn: "compute-fleet", Phase: "v0.1", Kind: core.KindRead, Direct: s.systemSelfCheck},
+	}
+}
 
-		"sites.create":      {run: s.sitesCreate},
-		"sites.get":         {run: s.sitesGet},
-		"sites.list":        {list: s.sitesList},
-		"sites.update":      {run: s.sitesUpdate, refresh: true},
-		"sites.delete":      {run: s.sitesDelete},
-		"siteTokens.create": {run: s.siteTokensCreate},
-		"siteTokens.revoke": {run: s.siteTokensRevoke},
+// legacyHandlers are the methods not yet described by a domain's descriptors.
+func (s *Server) legacyHandlers() map[string]*rpc.Handler {
+	return map[string]*rpc.Handler{
+		"projects.create":  {Run: s.projectsCreate},
+		"projects.get":     {Run: s.projectsGet},
+		"projects.list":    {List: s.projectsList},
+		"projects.archive": {Run: s.projectsArchive},
 
-		"pools.create":  {run: s.poolsCreate},
-		"pools.get":     {run: s.poolsGet},
-		"pools.list":    {list: s.poolsList},
-		"pools.update":  {run: s.poolsUpdate, refresh: true},
-		"pools.archive": {run: s.poolsArchive},
-		"pools.offer":   {run: s.poolsOffer, refresh: true},
-		"pools.unoffer": {run: s.poolsUnoffer, refresh: true},
+		"sites.create":      {Run: s.sitesCreate},
+		"sites.get":         {Run: s.sitesGet},
+		"sites.list":        {List: s.sitesList},
+		"sites.update":      {Run: s.sitesUpdate, Refresh: true},
+		"sites.delete":      {Run: s.sitesDelete},
+		"siteTokens.create": {Run: s.siteTokensCreate},
+		"siteTokens.revoke": {Run: s.siteTokensRevoke},
+
+		"pools.create":  {Run: s.poolsCreate},
+		"pools.get":     {Run: s.poolsGet},
+		"pools.list":    {List: s.poolsList},
+		"pools.update":  {Run: s.poolsUpdate, Refresh: true},
+		"pools.archive": {Run: s.poolsArchive},
+		"pools.offer":   {Run: s.poolsOffer, Refresh: true},
+		"pools.unoffer": {Run: s.poolsUnoffer, Refresh: true},
 
 		// The nodes' SSH certificates stay planned.
-		"nodes.list":        {list: s.nodesList},
-		"nodes.get":         {run: s.nodesGet},
-		"nodes.events":      {run: s.nodesEvents},
-		"nodes.cordon":      {run: s.nodesCordon},
-		"nodes.drain":       {run: s.nodesDrain, after: s.afterDrain},
-		"nodes.adopt":       {run: s.nodesAdopt},
-		"nodes.uncordon":    {run: s.nodesUncordon},
-		"nodes.label":       {run: s.nodesLabel},
-		"nodes.taint":       {run: s.nodesTaint},
-		"nodes.delete":      {run: s.nodesDelete},
-		"joinTokens.create": {run: s.joinTokensCreate},
-		"joinTokens.list":   {run: s.joinTokensList},
-		"joinTokens.revoke": {run: s.joinTokensRevoke},
+		"nodes.list":        {List: s.nodesList},
+		"nodes.get":         {Run: s.nodesGet},
+		"nodes.events":      {Run: s.nodesEvents},
+		"nodes.cordon":      {Run: s.nodesCordon},
+		"nodes.drain":       {Run: s.nodesDrain, After: s.afterDrain},
+		"nodes.adopt":       {Run: s.nodesAdopt},
+		"nodes.uncordon":    {Run: s.nodesUncordon},
+		"nodes.label":       {Run: s.nodesLabel},
+		"nodes.taint":       {Run: s.nodesTaint},
+		"nodes.delete":      {Run: s.nodesDelete},
+		"joinTokens.create": {Run: s.joinTokensCreate},
+		"joinTokens.list":   {Run: s.joinTokensList},
+		"joinTokens.revoke": {Run: s.joinTokensRevoke},
 
-		"joinRequests.list":    {run: s.joinRequestsList},
-		"joinRequests.approve": {run: s.joinRequestsApprove},
-		"joinRequests.reject":  {run: s.joinRequestsReject},
-		"nodes.revokeIdentity": {run: s.nodesRevokeIdentity},
+		"joinRequests.list":    {Run: s.joinRequestsList},
+		"joinRequests.approve": {Run: s.joinRequestsApprove},
+		"joinRequests.reject":  {Run: s.joinRequestsReject},
+		"nodes.revokeIdentity": {Run: s.nodesRevokeIdentity},
 
-		"inventory.get":     {run: s.inventoryGet},
-		"inventory.history": {run: s.inventoryHistory},
-		"inventory.diff":    {run: s.inventoryDiff},
-		"commands.run":      {run: s.commandsRun},
-		"commands.get":      {run: s.commandsGet},
-		"commands.list":     {run: s.commandsList},
-		"commands.cancel":   {run: s.commandsCancel},
-		"quotas.get":        {run: s.quotasGet},
-		"quotas.set":        {run: s.quotasSet},
+		"inventory.get":     {Run: s.inventoryGet},
+		"inventory.history": {Run: s.inventoryHistory},
+		"inventory.diff":    {Run: s.inventoryDiff},
+		"commands.run":      {Run: s.commandsRun},
+		"commands.get":      {Run: s.commandsGet},
+		"commands.list":     {Run: s.commandsList},
+		"commands.cancel":   {Run: s.commandsCancel},
+		"quotas.get":        {Run: s.quotasGet},
+		"quotas.set":        {Run: s.quotasSet},
 
-		"pools.capacity":    {run: s.poolsCapacity},
-		"capacity.summary":  {run: s.capacitySummary},
-		"capacity.byPool":   {run: s.capacityByPool},
-		"capacity.timeline": {run: s.capacityTimeline},
-		"capacity.preview":  {run: s.capacityPreview},
+		"pools.capacity":    {Run: s.poolsCapacity},
+		"capacity.summary":  {Run: s.capacitySummary},
+		"capacity.byPool":   {Run: s.capacityByPool},
+		"capacity.timeline": {Run: s.capacityTimeline},
+		"capacity.preview":  {Run: s.capacityPreview},
 
-		"reservations.create":  {admission: s.reservationsAdmission()},
-		"reservations.get":     {run: s.reservationsGet},
-		"reservations.list":    {list: s.reservationsList},
-		"reservations.release": {run: s.reservationsRelease, after: s.afterRelease},
-		"reservations.cancel":  {run: s.reservationsCancel, after: s.afterCancel},
-		"reservations.renew":   {run: s.reservationsRenew, after: s.afterRenew},
-		"reservations.extend":  {admission: s.reservationsExtendAdmission()},
+		"reservations.create":  {Admission: s.reservationsAdmission()},
+		"reservations.get":     {Run: s.reservationsGet},
+		"reservations.list":    {List: s.reservationsList},
+		"reservations.release": {Run: s.reservationsRelease, After: s.afterRelease},
+		"reservations.cancel":  {Run: s.reservationsCancel, After: s.afterCancel},
+		"reservations.renew":   {Run: s.reservationsRenew, After: s.afterRenew},
+		"reservations.extend":  {Admission: s.reservationsExtendAdmission()},
 
-		"events.list": {run: s.eventsList},
-		"usage.list":  {run: s.usageList},
+		"events.list": {Run: s.eventsList},
+		"usage.list":  {Run: s.usageList},
 	}
 }
 
@@ -93,7 +104,7 @@ type VersionOutput struct {
 	API string `json:"api"`
 }
 
-func (s *Server) systemVersion(context.Context, *Call) (any, error) {
+func (s *Server) systemVersion(context.Context, *Call, rpc.NoInput) (VersionOutput, error) {
 	return VersionOutput{Info: buildinfo.Get(), API: APIVersion}, nil
 }
 
@@ -104,13 +115,13 @@ type WhoamiOutput struct {
 	*iam.Caller
 }
 
-func (s *Server) systemWhoami(ctx context.Context, c *Call) (any, error) {
+func (s *Server) systemWhoami(ctx context.Context, c *Call, _ rpc.NoInput) (WhoamiOutput, error) {
 	if !c.Cred.Present() {
 		return WhoamiOutput{}, nil
 	}
 	caller, err := s.authenticate(ctx, c.Cred)
 	if err != nil {
-		return nil, err
+		return WhoamiOutput{}, err
 	}
 	return WhoamiOutput{Authenticated: true, Caller: caller}, nil
 }
@@ -129,7 +140,7 @@ type ProjectionCheck struct {
 
 // systemSelfCheck runs the health checks (database, Temporal round trip),
 // and reports IAM (it just decided this call) and the projection's lag.
-func (s *Server) systemSelfCheck(ctx context.Context, _ *Call) (any, error) {
+func (s *Server) systemSelfCheck(ctx context.Context, _ *Call, _ rpc.TenantInput) (SelfCheckOutput, error) {
 	out := SelfCheckOutput{Health: s.CheckHealth(ctx)}
 	out.Checks["iam"] = Check{OK: true}
 	if p := s.deps.Projection; p != nil {

@@ -316,7 +316,7 @@ func interpretRow(row TableRow, usedProse map[[2]string]bool) (Method, error) {
 	default:
 		return Method{}, fmt.Errorf("phase %q is neither vN.N nor %q", row.Phase, noPlanRowPhase)
 	}
-	declared, hasKindNote := kindNotes[row.Note]
+	_, hasKindNote := kindNotes[row.Note]
 	if host, ok := hostNotes[row.Note]; ok {
 		m.Host = host
 	} else if row.Note != "" && !hasKindNote {
@@ -351,31 +351,36 @@ func interpretRow(row TableRow, usedProse map[[2]string]bool) (Method, error) {
 		return Method{}, err
 	}
 
-	explicit, hasExplicit := explicitSchemas[row.Method]
-	// "Creates that take an idempotency key" (step 6) decide on the resource
-	// they would create, whose id derives from that key.
-	if len(m.Decisions) == 1 && actionVerb(m.Decisions[0].Action) == "create" && m.Decisions[0].Resource.Source == IDInput &&
-		slices.ContainsFunc(explicit, func(f Field) bool { return f.Name == "idempotencyKey" && f.Required }) {
-		m.Decisions[0].Resource = draft(m.Decisions[0].Resource.Type)
-	}
-	m.Kind = deriveKind(m)
-	if hasKindNote && (declared == KindRead) != (m.Kind == KindRead) {
-		return Method{}, fmt.Errorf("the spec says kind %s, the rules derive %s", declared, m.Kind)
-	}
-
-	derived := derivedFields(m)
-	fields := derived
-	if hasExplicit {
-		if err := covers(explicit, derived); err != nil {
-			return Method{}, err
-		}
+	fields := derivedFields(m)
+	if explicit, ok := explicitSchemas[row.Method]; ok {
 		fields = explicit
 	}
 	schema, err := NewSchema(fields...)
 	if err != nil {
 		return Method{}, err
 	}
-	m.Schema = schema
+	return m.WithInput(schema)
+}
+
+// WithInput returns the method taking this input: a create whose input
+// requires an idempotency key decides on the resource it would create (a
+// draft, whose id derives from that key); the kind follows; and the input
+// must carry every field the decisions read, at least as required.
+func (m Method) WithInput(s *Schema) (Method, error) {
+	m = m.clone()
+	if len(m.Decisions) == 1 && actionVerb(m.Decisions[0].Action) == "create" && m.Decisions[0].Resource.Source == IDInput {
+		if f, ok := s.Field("idempotencyKey"); ok && f.Required {
+			m.Decisions[0].Resource = draft(m.Decisions[0].Resource.Type)
+		}
+	}
+	m.Kind = deriveKind(m)
+	if declared, ok := kindNotes[m.Row.Note]; ok && (declared == KindRead) != (m.Kind == KindRead) {
+		return Method{}, fmt.Errorf("the spec says kind %s, the rules derive %s", declared, m.Kind)
+	}
+	if err := covers(s.Fields(), derivedFields(m)); err != nil {
+		return Method{}, err
+	}
+	m.Schema = s
 	return m, nil
 }
 
@@ -599,9 +604,6 @@ func nullable(f Field) Field { f.Nullable = true; return f }
 // completes it. Projects' fields are not in the spec: name and description
 // are this choice.
 var explicitSchemas = map[string][]Field{
-	"system.whoami":    {},
-	"system.version":   {},
-	"system.selfCheck": {TenantIDField()},
 	"projects.create": {TenantIDField(),
 		{Name: "name", Type: FieldString, Required: true, MinLength: 1, MaxLength: 128},
 		crsDescription},

@@ -4,18 +4,30 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"math"
-	"regexp"
+	"reflect"
 	"slices"
 	"strconv"
-	"unicode/utf8"
+	"strings"
+
+	"github.com/invopop/jsonschema"
+	validator "github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/message"
 )
 
-// Input schemas: a small declarative description of a method's JSON input
-// that the envelope validates before any IAM call (spec: "How a call is
-// decided", step 3). Unknown fields are refused, so a misspelt optional field
-// never silently does nothing.
+// Input schemas. A method's input is a JSON Schema (draft 2020-12) document,
+// validated with santhosh-tekuri/jsonschema before any IAM call (spec: "How
+// a call is decided", step 3). A served method's document is derived from
+// its Go input type (invopop/jsonschema reads the struct tags); a planned
+// method's from the fields its decisions imply. Unknown fields are refused
+// at every level, so a misspelt optional field never silently does nothing.
+// The same documents feed the OpenAPI description.
+//
+// Struct tags a Go input type may carry besides invopop's `jsonschema`:
+//
+//	id:"pool"      an id of that prefix: ^pool_[0-9a-hjkmnp-tv-z]{26,52}$, at most 57 characters
+//	id:"tenant"    a tenant id (also the grammar of idempotency keys)
+//	maxBytes:"N"   the value's compact JSON is at most N bytes (free-form objects)
 
 // FieldType is the JSON type of an input field.
 type FieldType string
@@ -29,12 +41,12 @@ const (
 	FieldArray   FieldType = "array"
 )
 
-// Field is one input field and its constraints.
+// Field is one top-level input field and its constraints.
 type Field struct {
 	Name      string
 	Type      FieldType
 	Required  bool
-	Nullable  bool     // null is accepted ("string,null")
+	Nullable  bool     // null is accepted
 	MinLength int      // strings, in characters
 	MaxLength int      // strings, in characters; 0 means no limit
 	Pattern   string   // strings: a regular expression the value must match
@@ -44,56 +56,295 @@ type Field struct {
 
 // Schema is an immutable, compiled input schema.
 type Schema struct {
-	fields   []Field
-	patterns []*regexp.Regexp // by field index; nil when the field has none
+	doc      map[string]any
+	order    []string // the top-level properties in declaration order
+	fields   map[string]Field
+	compiled *validator.Schema
 }
 
-// NewSchema compiles a schema; a bad pattern, type or repeated field is an error.
+// maxSafeInteger bounds integers: JSON numbers beyond it lose precision.
+const maxSafeInteger = 1 << 53
+
+// maxBytesKeyword is the one keyword of ours: JSON Schema cannot bound a
+// free-form object's size.
+const maxBytesKeyword = "x-maxBytes"
+
+// NewSchema builds the schema of an object with these fields; a bad pattern,
+// type or repeated field is an error.
 func NewSchema(fields ...Field) (*Schema, error) {
-	s := &Schema{fields: make([]Field, len(fields)), patterns: make([]*regexp.Regexp, len(fields))}
-	seen := map[string]bool{}
-	for i, f := range fields {
-		if f.Name == "" || seen[f.Name] {
+	props := map[string]any{}
+	var order, required []string
+	for _, f := range fields {
+		if f.Name == "" || props[f.Name] != nil {
 			return nil, fmt.Errorf("schema: field %q is empty or repeated", f.Name)
 		}
-		seen[f.Name] = true
 		switch f.Type {
 		case FieldString, FieldNumber, FieldInteger, FieldBoolean, FieldObject, FieldArray:
 		default:
 			return nil, fmt.Errorf("schema: field %q has unknown type %q", f.Name, f.Type)
 		}
-		if f.Pattern != "" {
-			re, err := regexp.Compile(f.Pattern)
-			if err != nil {
-				return nil, fmt.Errorf("schema: field %q: %w", f.Name, err)
-			}
-			s.patterns[i] = re
+		p := map[string]any{"type": string(f.Type)}
+		if f.Type == FieldInteger {
+			p["minimum"], p["maximum"] = -maxSafeInteger, maxSafeInteger
 		}
-		f.Enum = slices.Clone(f.Enum)
-		s.fields[i] = f
+		if f.Nullable {
+			p["type"] = []any{string(f.Type), "null"}
+		}
+		if f.MinLength > 0 {
+			p["minLength"] = f.MinLength
+		}
+		if f.MaxLength > 0 {
+			p["maxLength"] = f.MaxLength
+		}
+		if f.Pattern != "" {
+			p["pattern"] = f.Pattern
+		}
+		if len(f.Enum) > 0 {
+			enum := make([]any, len(f.Enum))
+			for i, e := range f.Enum {
+				enum[i] = e
+			}
+			p["enum"] = enum
+		}
+		if f.MaxBytes > 0 {
+			p[maxBytesKeyword] = f.MaxBytes
+		}
+		props[f.Name] = p
+		order = append(order, f.Name)
+		if f.Required {
+			required = append(required, f.Name)
+		}
+	}
+	doc := map[string]any{"type": "object", "additionalProperties": false, "properties": props}
+	if len(required) > 0 {
+		doc["required"] = toAny(required)
+	}
+	return compileSchema(doc, order)
+}
+
+// SchemaFor derives the schema of a Go input type from its struct tags.
+func SchemaFor(t reflect.Type) (*Schema, error) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("schema: input type %s is not a struct", t)
+	}
+	r := &jsonschema.Reflector{DoNotReference: true, ExpandedStruct: true, RequiredFromJSONSchemaTags: true, Anonymous: true}
+	s := r.ReflectFromType(t)
+	s.Version = ""
+	if err := applyTags(t, s); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("schema of %s: %w", t, err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("schema of %s: %w", t, err)
+	}
+	if _, ok := doc["properties"]; !ok {
+		doc["properties"] = map[string]any{}
+	}
+	var order []string
+	if s.Properties != nil {
+		for p := s.Properties.Oldest(); p != nil; p = p.Next() {
+			order = append(order, p.Key)
+		}
+	}
+	return compileSchema(doc, order)
+}
+
+// applyTags adds what our tags say to the reflected schema of t, walking
+// nested structs, slices, maps and pointers, and turns invopop's nullable
+// oneOf into a type list so a wrong value reports its own reason.
+func applyTags(t reflect.Type, s *jsonschema.Schema) error {
+	if s == nil {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() != reflect.Uint8 {
+			return applyTags(t.Elem(), s.Items)
+		}
+		return nil
+	case reflect.Map:
+		return applyTags(t.Elem(), s.AdditionalProperties)
+	case reflect.Struct:
+	default:
+		return nil
+	}
+	if s.Properties == nil {
+		return nil
+	}
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || f.Anonymous {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		p, ok := s.Properties.Get(name)
+		if !ok {
+			continue
+		}
+		if len(p.OneOf) == 2 && p.OneOf[1].Type == "null" {
+			inner := p.OneOf[0]
+			inner.Extras = map[string]any{"type": []any{inner.Type, "null"}}
+			inner.Type = ""
+			p = inner
+			s.Properties.Set(name, p)
+		}
+		if id := f.Tag.Get("id"); id != "" {
+			pattern, maxLen := idGrammar(id)
+			p.Pattern, p.MaxLength = pattern, &maxLen
+		}
+		if n := f.Tag.Get("maxBytes"); n != "" {
+			v, err := strconv.Atoi(n)
+			if err != nil || v <= 0 {
+				return fmt.Errorf("schema: %s.%s: maxBytes %q is not a positive integer", t, f.Name, n)
+			}
+			if p.Extras == nil {
+				p.Extras = map[string]any{}
+			}
+			p.Extras[maxBytesKeyword] = v
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if k := ft.Kind(); k >= reflect.Int && k <= reflect.Uint64 && p.Minimum == "" && p.Maximum == "" {
+			p.Minimum, p.Maximum = json.Number(strconv.Itoa(-maxSafeInteger)), json.Number(strconv.Itoa(maxSafeInteger))
+		}
+		if err := applyTags(f.Type, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idGrammar is the pattern and length of an id of this prefix ("tenant":
+// a tenant id, whose grammar idempotency keys share).
+func idGrammar(prefix string) (string, uint64) {
+	if prefix == "tenant" {
+		return tenantIDPattern, 128
+	}
+	return "^" + prefix + "_" + idBodyPattern + "$", uint64(len(prefix) + 1 + 52)
+}
+
+func compileSchema(doc map[string]any, order []string) (*Schema, error) {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	// The validator wants numbers as json.Number.
+	normalized, err := validator.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := validator.NewCompiler()
+	c.DefaultDraft(validator.Draft2020)
+	c.RegisterVocabulary(maxBytesVocabulary())
+	c.AssertVocabs()
+	if err := c.AddResource("input.json", normalized); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	compiled, err := c.Compile("input.json")
+	if err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	s := &Schema{doc: doc, order: order, fields: map[string]Field{}, compiled: compiled}
+	props, _ := doc["properties"].(map[string]any)
+	required, _ := doc["required"].([]any)
+	for _, name := range order {
+		p, _ := props[name].(map[string]any)
+		s.fields[name] = fieldOf(name, p, slices.Contains(required, any(name)))
 	}
 	return s, nil
 }
 
-// Fields returns the schema's fields in declaration order.
-func (s *Schema) Fields() []Field {
-	out := make([]Field, len(s.fields))
-	for i, f := range s.fields {
-		f.Enum = slices.Clone(f.Enum)
-		out[i] = f
+// fieldOf is a top-level property's summary.
+func fieldOf(name string, p map[string]any, required bool) Field {
+	f := Field{Name: name, Required: required}
+	switch t := p["type"].(type) {
+	case string:
+		f.Type = FieldType(t)
+	case []any:
+		for _, x := range t {
+			if x == "null" {
+				f.Nullable = true
+			} else if s, ok := x.(string); ok {
+				f.Type = FieldType(s)
+			}
+		}
+	}
+	f.MinLength = intOf(p["minLength"])
+	f.MaxLength = intOf(p["maxLength"])
+	f.MaxBytes = intOf(p[maxBytesKeyword])
+	f.Pattern, _ = p["pattern"].(string)
+	if enum, ok := p["enum"].([]any); ok {
+		for _, e := range enum {
+			if s, ok := e.(string); ok {
+				f.Enum = append(f.Enum, s)
+			}
+		}
+	}
+	return f
+}
+
+func intOf(v any) int {
+	switch n := v.(type) {
+	case float64:
+		return int(n)
+	case int:
+		return n
+	case json.Number:
+		i, _ := n.Int64()
+		return int(i)
+	}
+	return 0
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
 	}
 	return out
 }
 
-// Field returns one field by name.
-func (s *Schema) Field(name string) (Field, bool) {
-	for _, f := range s.fields {
-		if f.Name == name {
-			f.Enum = slices.Clone(f.Enum)
-			return f, true
-		}
+// Fields returns the top-level fields in declaration order.
+func (s *Schema) Fields() []Field {
+	out := make([]Field, 0, len(s.order))
+	for _, name := range s.order {
+		f := s.fields[name]
+		f.Enum = slices.Clone(f.Enum)
+		out = append(out, f)
 	}
-	return Field{}, false
+	return out
+}
+
+// Field returns one top-level field by name.
+func (s *Schema) Field(name string) (Field, bool) {
+	f, ok := s.fields[name]
+	f.Enum = slices.Clone(f.Enum)
+	return f, ok
+}
+
+// Document returns a copy of the JSON Schema document.
+func (s *Schema) Document() map[string]any {
+	raw, _ := json.Marshal(s.doc)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return out
 }
 
 // ValidateValue validates an input given as JSON (json.RawMessage or
@@ -115,8 +366,11 @@ func (s *Schema) ValidateValue(v any) *Error {
 }
 
 // Validate validates a JSON input. Empty input and null are the empty object.
-// The first failure is INVALID_INPUT with details.field and details.reason
-// (required, unknown, type, minLength, maxLength, pattern, enum, maxBytes).
+// The first failure is INVALID_INPUT with details.field (dotted for nested
+// fields) and details.reason (required, unknown, type, minLength, maxLength,
+// pattern, enum, range, minItems, maxItems, maxProperties, maxBytes, ...).
+// Unknown top-level fields are reported first, then the fields in
+// declaration order.
 func (s *Schema) Validate(input json.RawMessage) *Error {
 	trimmed := bytes.TrimSpace(input)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
@@ -125,92 +379,153 @@ func (s *Schema) Validate(input json.RawMessage) *Error {
 	if trimmed[0] != '{' {
 		return invalidField("", "type", "input must be a JSON object")
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &obj); err != nil {
+	v, err := validator.UnmarshalJSON(bytes.NewReader(trimmed))
+	if err != nil {
 		return Wrap(CodeInvalidInput, err, "input is not a valid JSON object").WithDetails(map[string]any{"field": "", "reason": "type"})
 	}
-	for _, name := range slices.Sorted(maps.Keys(obj)) {
-		if _, ok := s.Field(name); !ok {
-			return invalidField(name, "unknown", fmt.Sprintf("%s is not a field of this method", name))
-		}
-	}
-	for i, f := range s.fields {
-		raw, present := obj[f.Name]
-		if !present {
-			if f.Required {
-				return invalidField(f.Name, "required", fmt.Sprintf("%s is required", f.Name))
-			}
-			continue
-		}
-		if err := s.checkField(i, raw); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Schema) checkField(i int, raw json.RawMessage) *Error {
-	f := s.fields[i]
-	if string(raw) == "null" {
-		if f.Nullable {
-			return nil
-		}
-		return invalidField(f.Name, "type", fmt.Sprintf("%s must be a %s, not null", f.Name, f.Type))
-	}
-	if !hasType(f.Type, raw) {
-		return invalidField(f.Name, "type", fmt.Sprintf("%s must be a %s", f.Name, f.Type))
-	}
-	if f.MaxBytes > 0 {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, raw); err == nil && buf.Len() > f.MaxBytes {
-			return invalidField(f.Name, "maxBytes", fmt.Sprintf("%s is %d bytes of JSON, at most %d", f.Name, buf.Len(), f.MaxBytes))
-		}
-	}
-	if f.Type != FieldString {
+	verr := s.compiled.Validate(v)
+	if verr == nil {
 		return nil
 	}
-	var str string
-	if err := json.Unmarshal(raw, &str); err != nil {
-		return invalidField(f.Name, "type", fmt.Sprintf("%s must be a string", f.Name))
+	ve, ok := verr.(*validator.ValidationError)
+	if !ok {
+		return Wrap(CodeInvalidInput, verr, "input is not valid")
 	}
-	n := utf8.RuneCountInString(str)
-	switch {
-	case n < f.MinLength:
-		return invalidField(f.Name, "minLength", fmt.Sprintf("%s must be at least %d characters", f.Name, f.MinLength))
-	case f.MaxLength > 0 && n > f.MaxLength:
-		return invalidField(f.Name, "maxLength", fmt.Sprintf("%s must be at most %d characters", f.Name, f.MaxLength))
-	case s.patterns[i] != nil && !s.patterns[i].MatchString(str):
-		return invalidField(f.Name, "pattern", fmt.Sprintf("%s must match %s", f.Name, f.Pattern))
-	case len(f.Enum) > 0 && !slices.Contains(f.Enum, str):
-		return invalidField(f.Name, "enum", fmt.Sprintf("%s must be one of %v", f.Name, f.Enum))
+	var leaves []failure
+	collect(ve, &leaves)
+	if len(leaves) == 0 {
+		return Wrap(CodeInvalidInput, verr, "input is not valid").WithDetails(map[string]any{"field": "", "reason": "invalid"})
 	}
-	return nil
+	slices.SortStableFunc(leaves, func(a, b failure) int { return s.rank(a) - s.rank(b) })
+	f := leaves[0]
+	return invalidField(strings.Join(f.path, "."), f.reason, f.message)
 }
 
-// hasType checks a well-formed JSON value's type by its first byte; numbers
-// that must be integers are parsed.
-func hasType(t FieldType, raw json.RawMessage) bool {
-	c := raw[0]
-	switch t {
-	case FieldString:
-		return c == '"'
-	case FieldBoolean:
-		return c == 't' || c == 'f'
-	case FieldObject:
-		return c == '{'
-	case FieldArray:
-		return c == '['
-	case FieldNumber:
-		return c == '-' || (c >= '0' && c <= '9')
-	case FieldInteger:
-		v, err := strconv.ParseFloat(string(raw), 64)
-		return err == nil && v == math.Trunc(v) && math.Abs(v) <= 1<<53
+// failure is one leaf of the validator's error tree.
+type failure struct {
+	path            []string
+	reason, message string
+}
+
+var printer = message.NewPrinter(message.MatchLanguage("en"))
+
+// collect flattens the error tree: a required or additionalProperties error
+// becomes one failure per field it names.
+func collect(e *validator.ValidationError, out *[]failure) {
+	if len(e.Causes) > 0 {
+		for _, c := range e.Causes {
+			collect(c, out)
+		}
+		return
 	}
-	return false
+	at := slices.Clone(e.InstanceLocation)
+	switch k := e.ErrorKind.(type) {
+	case *kind.Required:
+		for _, m := range k.Missing {
+			p := append(slices.Clone(at), m)
+			*out = append(*out, failure{p, "required", strings.Join(p, ".") + " is required"})
+		}
+	case *kind.AdditionalProperties:
+		for _, name := range k.Properties {
+			p := append(slices.Clone(at), name)
+			*out = append(*out, failure{p, "unknown", strings.Join(p, ".") + " is not a field of this method"})
+		}
+	default:
+		name := strings.Join(at, ".")
+		if name == "" {
+			name = "input"
+		}
+		*out = append(*out, failure{at, reasonOf(e.ErrorKind), name + ": " + e.ErrorKind.LocalizedString(printer)})
+	}
+}
+
+// reasonOf names a keyword failure the way details.reason does.
+func reasonOf(k validator.ErrorKind) string {
+	switch k.(type) {
+	case *kind.Type:
+		return "type"
+	case *kind.Enum, *kind.Const:
+		return "enum"
+	case *kind.Minimum, *kind.Maximum, *kind.ExclusiveMinimum, *kind.ExclusiveMaximum:
+		return "range"
+	case *maxBytesExceeded:
+		return "maxBytes"
+	}
+	if p := k.KeywordPath(); len(p) > 0 {
+		return p[len(p)-1]
+	}
+	return "invalid"
+}
+
+// reasonOrder breaks ties between failures of one field: the kind of value
+// first, then its length, then its form.
+var reasonOrder = []string{"required", "unknown", "type", "minLength", "maxLength", "pattern", "enum"}
+
+// rank orders failures: unknown top-level fields first, then by the field's
+// declaration order, then by reason.
+func (s *Schema) rank(f failure) int {
+	top := len(s.order)
+	if len(f.path) > 0 {
+		if i := slices.Index(s.order, f.path[0]); i >= 0 {
+			top = i
+		}
+	}
+	if len(f.path) == 1 && f.reason == "unknown" {
+		top = -1
+	}
+	r := slices.Index(reasonOrder, f.reason)
+	if r < 0 {
+		r = len(reasonOrder)
+	}
+	return (top+1)*10_000 + len(f.path)*100 + r
 }
 
 func invalidField(field, reason, msg string) *Error {
 	return Errorf(CodeInvalidInput, "%s", msg).WithDetails(map[string]any{"field": field, "reason": reason})
+}
+
+// The x-maxBytes keyword, as a vocabulary of the validator.
+
+type maxBytesExceeded struct{ got, max int }
+
+func (*maxBytesExceeded) KeywordPath() []string { return []string{maxBytesKeyword} }
+
+func (k *maxBytesExceeded) LocalizedString(*message.Printer) string {
+	return fmt.Sprintf("%d bytes of JSON, at most %d", k.got, k.max)
+}
+
+type maxBytes int
+
+func (m maxBytes) Validate(ctx *validator.ValidatorContext, v any) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		ctx.AddErr(err)
+		return
+	}
+	if len(raw) > int(m) {
+		ctx.AddError(&maxBytesExceeded{got: len(raw), max: int(m)})
+	}
+}
+
+func maxBytesVocabulary() *validator.Vocabulary {
+	return &validator.Vocabulary{
+		URL: "https://better-compute.dev/schema/max-bytes",
+		Compile: func(_ *validator.CompilerContext, obj map[string]any) (validator.SchemaExt, error) {
+			v, ok := obj[maxBytesKeyword]
+			if !ok {
+				return nil, nil
+			}
+			n, ok := v.(json.Number)
+			if !ok {
+				return nil, fmt.Errorf("%s must be a number", maxBytesKeyword)
+			}
+			i, err := n.Int64()
+			if err != nil || i <= 0 {
+				return nil, fmt.Errorf("%s must be a positive integer", maxBytesKeyword)
+			}
+			return maxBytes(i), nil
+		},
+	}
 }
 
 // Field constructors for the spec's recurring constraints.
@@ -229,8 +544,8 @@ func TenantIDField() Field {
 // IDField is an id field such as poolId: "at most 57 characters; matches
 // ^pool_[0-9a-hjkmnp-tv-z]{26,52}$".
 func IDField(name, prefix string, required bool) Field {
-	return Field{Name: name, Type: FieldString, Required: required,
-		MaxLength: len(prefix) + 1 + 52, Pattern: "^" + prefix + "_" + idBodyPattern + "$"}
+	pattern, maxLen := idGrammar(prefix)
+	return Field{Name: name, Type: FieldString, Required: required, MaxLength: int(maxLen), Pattern: pattern}
 }
 
 // IdempotencyKeyField is the key a request-derived id is computed from.

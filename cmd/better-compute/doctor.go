@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
@@ -37,7 +38,7 @@ func doctorCmd() *cobra.Command {
 				report("FAIL", "catalog", err.Error())
 				return fmt.Errorf("%d check(s) failed", failed)
 			}
-			registry, err := core.TableRegistry()
+			registry, err := api.BuildRegistry(api.Domains)
 			if err == nil {
 				var warnings []core.Warning
 				if warnings, err = core.CheckRegistry(catalog, registry); err == nil {

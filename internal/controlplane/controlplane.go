@@ -90,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	registry, err := core.TableRegistry()
+	registry, err := api.BuildRegistry(api.Domains)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	}
 	srv, err := api.New(api.Deps{
 		Store: cfg.Store, Temporal: cfg.Temporal, TaskQueue: cfg.TaskQueue,
-		IAM: caching.Port(), Catalog: catalog, Registry: registry, RootTenant: cfg.RootTenant,
+		IAM: caching.Port(), Catalog: catalog, RootTenant: cfg.RootTenant,
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, AgentEndpoint: cfg.AgentEndpoint,

@@ -1,0 +1,283 @@
+// Package rpc is how a domain describes its methods to the call envelope:
+// one descriptor per method (its name, its Go input and output types, its
+// handler, its kind and, for admissions, the two halves), and the call the
+// handler is given. The envelope (package api) decodes, validates against
+// the schema derived from the input type, authenticates, decides and runs
+// the handler; domains never see HTTP.
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/store"
+)
+
+// Call is one method call in flight, as handlers see it.
+type Call struct {
+	Method   core.Method
+	Cred     iam.Credential
+	Caller   *iam.Caller // nil for an unauthenticated public call
+	Input    json.RawMessage
+	TenantID string // the input's tenantId
+	// DecisionTenant is where the decision is made: the root tenant for
+	// fleet-wide methods, the input's tenant otherwise.
+	DecisionTenant string
+	// Resource is what the decision was made on.
+	Resource iam.Resource
+	Action   string
+	// Override: a root-tenant caller acting in another tenant.
+	Override bool
+	// Scope of an owner-scoped list: "mine" (the default: the handler's SQL
+	// keeps the caller's own rows, with no per-item decisions) or "all".
+	Scope string
+
+	// input is the decoded input, set once by the envelope.
+	input any
+}
+
+// ScopeMine is the owner scope whose rows the SQL, not IAM, filters.
+const ScopeMine = "mine"
+
+// Request is the call's question to IAM about r.
+func (c *Call) Request(r iam.Resource) iam.Request {
+	return iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: r, RequestID: c.Cred.RequestID}
+}
+
+// Deps are what domains' handlers may use. A domain takes what it needs
+// when it builds its descriptors.
+type Deps struct {
+	Store    *store.Store
+	Temporal client.Client
+	// TaskQueue is the control plane's Temporal task queue.
+	TaskQueue string
+	Catalog   *core.Catalog
+	// RootTenant is the platform's tenant.
+	RootTenant string
+	Logger     *slog.Logger
+}
+
+// Resource names a resource of a catalog type ("pool") by its full name.
+func (d Deps) Resource(typ, id string) iam.Resource {
+	return iam.Resource{Type: d.Catalog.FullName(typ), ID: id}
+}
+
+// Domain builds a domain's descriptors from the process's dependencies.
+type Domain func(Deps) []Descriptor
+
+// Descriptor is one served method, type-erased for the envelope.
+type Descriptor interface {
+	// Info is what start-up checks against the method table.
+	Info() Info
+	// Handler is what the envelope runs.
+	Handler() *Handler
+}
+
+// Info is a descriptor's static description: the method's name and what
+// its table row must say (action, decided-on and phase cells, exactly), its
+// kind, and its input and output types.
+type Info struct {
+	Name      string
+	Action    string
+	DecidedOn string
+	Phase     string
+	Kind      core.Kind
+	Input     reflect.Type
+	Output    reflect.Type
+}
+
+// Handler is a method's handler, type-erased. Exactly one of Direct, Run,
+// List and Admission is set.
+type Handler struct {
+	// Decode reads a validated input into the method's input type.
+	Decode func(input json.RawMessage) (any, error)
+	// Direct runs with no transaction (system methods).
+	Direct func(ctx context.Context, c *Call) (any, error)
+	// Run is the handler of a read or a mutation, in the call's transaction
+	// (read-only for reads).
+	Run func(ctx context.Context, c *Call, tx store.Tx) (any, error)
+	// List reads one page of a "+ items" list; the envelope then keeps only
+	// the items the caller may read.
+	List func(ctx context.Context, c *Call, tx store.Tx) (Page, error)
+	// Admission serves a method whose decision is made on its draft.
+	Admission *ErasedAdmission
+	// Refresh: once the mutation commits, this process's projection re-reads
+	// the resource it was decided on, so the next decision does not wait for
+	// the projection's tail.
+	Refresh bool
+	// After, optional with Run, finishes a mutation once its transaction has
+	// committed, outside it (a workflow update), and answers the call.
+	After func(ctx context.Context, c *Call, out any) (any, error)
+}
+
+// ErasedAdmission is an admission's halves, type-erased (see Admission).
+type ErasedAdmission struct {
+	Prepare  func(ctx context.Context, c *Call, tx store.Tx, draftID string) (iam.Resource, error)
+	Complete func(ctx context.Context, c *Call, tx store.Tx) (any, error)
+	Denied   func(ctx context.Context, c *Call, tx store.Tx) error
+	Failed   func(ctx context.Context, c *Call, tx store.Tx, cause error) error
+	Started  func(ctx context.Context, c *Call) error
+}
+
+// Method describes one method whose input is In and whose answer is Out.
+// Set exactly one of Direct, Run, List and Admission.
+type Method[In, Out any] struct {
+	Name      string
+	Action    string // the table's action cell
+	DecidedOn string // the table's decided-on cell
+	Phase     string // the table's phase cell
+	Kind      core.Kind
+
+	Direct    func(ctx context.Context, c *Call, in In) (Out, error)
+	Run       func(ctx context.Context, c *Call, tx store.Tx, in In) (Out, error)
+	List      func(ctx context.Context, c *Call, tx store.Tx, in In) (Page, error)
+	Admission *Admission[In, Out]
+	Refresh   bool
+	After     func(ctx context.Context, c *Call, in In, out Out) (Out, error)
+}
+
+// Admission is an admission method's halves: transaction 1 prepares the
+// draft (or the changed row), the decision is made on it, transaction 2
+// completes it.
+type Admission[In, Out any] struct {
+	// Prepare writes the draft (and its authorization row) and returns the
+	// resource the decision is made on. The draft's id should be draftID so
+	// a retry finds the same row ("" for a change of an existing row).
+	Prepare func(ctx context.Context, c *Call, tx store.Tx, draftID string, in In) (iam.Resource, error)
+	// Complete runs after the decision allowed it, in transaction 2.
+	Complete func(ctx context.Context, c *Call, tx store.Tx, in In) (Out, error)
+	// Denied, optional, records a denial on the draft (in its own transaction).
+	Denied func(ctx context.Context, c *Call, tx store.Tx, in In) error
+	// Failed, optional, records on the draft why Complete refused it, in a
+	// transaction of its own once transaction 2 has rolled back.
+	Failed func(ctx context.Context, c *Call, tx store.Tx, in In, cause error) error
+	// Started, optional, starts what drives the admitted resource once
+	// transaction 2 has committed, and again on every replay. Idempotent.
+	Started func(ctx context.Context, c *Call, in In) error
+}
+
+// Info implements Descriptor.
+func (m *Method[In, Out]) Info() Info {
+	return Info{Name: m.Name, Action: m.Action, DecidedOn: m.DecidedOn, Phase: m.Phase, Kind: m.Kind,
+		Input: reflect.TypeFor[In](), Output: reflect.TypeFor[Out]()}
+}
+
+// Handler implements Descriptor.
+func (m *Method[In, Out]) Handler() *Handler {
+	h := &Handler{Refresh: m.Refresh, Decode: func(raw json.RawMessage) (any, error) {
+		var in In
+		if err := json.Unmarshal(raw, &in); err != nil {
+			return nil, core.Wrap(core.CodeInvalidInput, err, "input does not match the method's fields")
+		}
+		return in, nil
+	}}
+	if f := m.Direct; f != nil {
+		h.Direct = func(ctx context.Context, c *Call) (any, error) { return f(ctx, c, input[In](c)) }
+	}
+	if f := m.Run; f != nil {
+		h.Run = func(ctx context.Context, c *Call, tx store.Tx) (any, error) { return f(ctx, c, tx, input[In](c)) }
+	}
+	if f := m.List; f != nil {
+		h.List = func(ctx context.Context, c *Call, tx store.Tx) (Page, error) { return f(ctx, c, tx, input[In](c)) }
+	}
+	if f := m.After; f != nil {
+		h.After = func(ctx context.Context, c *Call, out any) (any, error) { return f(ctx, c, input[In](c), out.(Out)) }
+	}
+	if a := m.Admission; a != nil {
+		e := &ErasedAdmission{
+			Prepare: func(ctx context.Context, c *Call, tx store.Tx, draftID string) (iam.Resource, error) {
+				return a.Prepare(ctx, c, tx, draftID, input[In](c))
+			},
+			Complete: func(ctx context.Context, c *Call, tx store.Tx) (any, error) {
+				return a.Complete(ctx, c, tx, input[In](c))
+			},
+		}
+		if f := a.Denied; f != nil {
+			e.Denied = func(ctx context.Context, c *Call, tx store.Tx) error { return f(ctx, c, tx, input[In](c)) }
+		}
+		if f := a.Failed; f != nil {
+			e.Failed = func(ctx context.Context, c *Call, tx store.Tx, cause error) error {
+				return f(ctx, c, tx, input[In](c), cause)
+			}
+		}
+		if f := a.Started; f != nil {
+			e.Started = func(ctx context.Context, c *Call) error { return f(ctx, c, input[In](c)) }
+		}
+		h.Admission = e
+	}
+	return h
+}
+
+// SetInput records the decoded input; the envelope calls it once.
+func (c *Call) SetInput(v any) { c.input = v }
+
+// input is the call's decoded input; a handler run without a decoded input
+// (a test calling it directly) gets the zero value.
+func input[In any](c *Call) In {
+	in, _ := c.input.(In)
+	return in
+}
+
+// Page is what a list handler read: its items, each with the resource it is
+// decided on, and how to shape the answer from the kept items.
+type Page struct {
+	Items  []Item
+	Answer func(kept []any) any
+}
+
+// Item is one listed value and the resource it is decided on.
+type Item struct {
+	Resource iam.Resource
+	Value    any
+}
+
+// PageOf is the page of rows, each decided on resource(row), answered as
+// wrap(the rows kept).
+func PageOf[T any](rows []T, resource func(T) iam.Resource, wrap func([]T) any) Page {
+	p := Page{Items: make([]Item, len(rows)), Answer: func(kept []any) any {
+		out := make([]T, len(kept))
+		for i, k := range kept {
+			out[i] = k.(T)
+		}
+		return wrap(out)
+	}}
+	for i, r := range rows {
+		p.Items[i] = Item{Resource: resource(r), Value: r}
+	}
+	return p
+}
+
+// Check reports a descriptor whose handler shape does not fit its kind.
+func Check(d Descriptor) error {
+	info, h := d.Info(), d.Handler()
+	set := 0
+	for _, b := range []bool{h.Direct != nil, h.Run != nil, h.List != nil, h.Admission != nil} {
+		if b {
+			set++
+		}
+	}
+	switch {
+	case set != 1:
+		return fmt.Errorf("%s: set exactly one of Direct, Run, List and Admission", info.Name)
+	case (info.Kind == core.KindAdmission) != (h.Admission != nil):
+		return fmt.Errorf("%s: an admission method needs an admission handler, and only it", info.Name)
+	case h.After != nil && h.Run == nil:
+		return fmt.Errorf("%s: After needs Run", info.Name)
+	}
+	return nil
+}
+
+// NoInput is the input of a method that takes no fields.
+type NoInput struct{}
+
+// TenantInput is the input of a method that takes only its tenant.
+type TenantInput struct {
+	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
+}
