@@ -3,11 +3,12 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/rpc"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api"
 )
 
 // The envelope's cost over real HTTP against the real embedded IAM and
@@ -30,12 +31,12 @@ func BenchmarkReadOverHTTP(b *testing.B) {
 	e := newEnv(b)
 	ctx := context.Background()
 	c := e.client(e.boot.UserToken)
-	p, err := c.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "bench"})
+	p, err := projects.Create.Call(ctx, c, projects.CreateInput{TenantID: "acme", Name: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := c.ProjectsGet(ctx, "acme", p.ID); err != nil {
+		if _, err := projects.Get.Call(ctx, c, projects.ProjectInput{TenantID: "acme", ProjectID: p.ID}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -48,7 +49,7 @@ func BenchmarkMutationOverHTTP(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		if _, err := c.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: fmt.Sprintf("b%d", i)}); err != nil {
+		if _, err := projects.Create.Call(ctx, c, projects.CreateInput{TenantID: "acme", Name: fmt.Sprintf("b%d", i)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -61,7 +62,7 @@ func BenchmarkList500(b *testing.B) {
 	ctx := context.Background()
 	c := e.client(e.boot.UserToken)
 	for i := range 500 {
-		if _, err := c.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: fmt.Sprintf("p%03d", i)}); err != nil {
+		if _, err := projects.Create.Call(ctx, c, projects.CreateInput{TenantID: "acme", Name: fmt.Sprintf("p%03d", i)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -79,7 +80,7 @@ func BenchmarkList500(b *testing.B) {
 					e.cache.DropDecisions()
 					b.StartTimer()
 				}
-				list, err := c.ProjectsList(ctx, "acme")
+				list, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"})
 				if err != nil || len(list.Items) != 500 {
 					b.Fatalf("list = %d items, %v", len(list.Items), err)
 				}

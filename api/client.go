@@ -77,37 +77,6 @@ func (c *Client) SystemWhoami(ctx context.Context) (WhoamiOutput, error) {
 	return out, c.Call(ctx, "system.whoami", struct{}{}, &out)
 }
 
-// ProjectsCreateInput is projects.create's input.
-type ProjectsCreateInput struct {
-	TenantID    string `json:"tenantId"`
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-}
-
-// ProjectsCreate calls projects.create.
-func (c *Client) ProjectsCreate(ctx context.Context, in ProjectsCreateInput) (Project, error) {
-	var out Project
-	return out, c.Call(ctx, "projects.create", in, &out)
-}
-
-// ProjectsGet calls projects.get.
-func (c *Client) ProjectsGet(ctx context.Context, tenantID, projectID string) (Project, error) {
-	var out Project
-	return out, c.Call(ctx, "projects.get", map[string]string{"tenantId": tenantID, "projectId": projectID}, &out)
-}
-
-// ProjectsList calls projects.list.
-func (c *Client) ProjectsList(ctx context.Context, tenantID string) (ProjectList, error) {
-	var out ProjectList
-	return out, c.Call(ctx, "projects.list", map[string]string{"tenantId": tenantID}, &out)
-}
-
-// ProjectsArchive calls projects.archive.
-func (c *Client) ProjectsArchive(ctx context.Context, tenantID, projectID string) (Project, error) {
-	var out Project
-	return out, c.Call(ctx, "projects.archive", map[string]string{"tenantId": tenantID, "projectId": projectID}, &out)
-}
-
 // SitesCreateInput is sites.create's input.
 type SitesCreateInput struct {
 	TenantID  string `json:"tenantId"`

@@ -1,7 +1,12 @@
 package api
 
-import "github.com/better-compute/better-compute/api/rpc"
+import (
+	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/rpc"
+)
 
 // Domains are the method groups the API serves, each described by its
 // domain's descriptors. Adding a group is one line here.
-var Domains = []rpc.Domain{}
+var Domains = []rpc.Domain{
+	projects.Methods,
+}

@@ -267,7 +267,7 @@ func scopeOf(m core.Method, input json.RawMessage) (string, error) {
 }
 
 // listLimit bounds one page of every list.
-const listLimit = 500
+const listLimit = rpc.ListLimit
 
 // listRetryWait is how long a list waits for the projection to catch up
 // when IAM does not know an item yet, before it reloads the page once.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/rpc"
 	"io"
 	"log/slog"
 	"net/http"
@@ -242,7 +244,7 @@ func TestInvalidInputMakesNoIAMCall(t *testing.T) {
 func TestForeignTenantIsRefusedBeforeAnyQuery(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	p, err := e.client(e.boot.UserToken).ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "secret"})
+	p, err := projects.Create.Call(ctx, e.client(e.boot.UserToken), projects.CreateInput{TenantID: "acme", Name: "secret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +277,13 @@ func TestListFiltersItemsInBatchesOfFifty(t *testing.T) {
 	ctx := context.Background()
 	c := e.client(e.boot.UserToken)
 	for i := range 120 {
-		if _, err := c.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: fmt.Sprintf("p%03d", i)}); err != nil {
+		if _, err := projects.Create.Call(ctx, c, projects.CreateInput{TenantID: "acme", Name: fmt.Sprintf("p%03d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.outer.reset()
 	e.inner.reset()
-	list, err := c.ProjectsList(ctx, "acme")
+	list, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +302,7 @@ func TestListFiltersItemsInBatchesOfFifty(t *testing.T) {
 		t.Fatalf("%d batches reached the embedded IAM, want 3", n)
 	}
 	e.inner.reset()
-	if _, err := c.ProjectsList(ctx, "acme"); err != nil {
+	if _, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.inner.batches.Load(); n != 0 {
@@ -315,7 +317,7 @@ func TestListKeepsOnlyReadableItems(t *testing.T) {
 	admin := e.client(e.boot.UserToken)
 	var keep string
 	for _, name := range []string{"open", "closed"} {
-		p, err := admin.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: name})
+		p, err := projects.Create.Call(ctx, admin, projects.CreateInput{TenantID: "acme", Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,14 +330,14 @@ when { resource.type == "compute-tenant" || resource.id == %q };`, keep)
 	if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: "sam-reads-open", Cedar: policy}); err != nil {
 		t.Fatal(err)
 	}
-	list, err := e.client(e.stranger).ProjectsList(ctx, "acme")
+	list, err := projects.List.Call(ctx, e.client(e.stranger), rpc.TenantInput{TenantID: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 1 || list.Items[0].ID != keep {
 		t.Fatalf("sam sees %+v, want only %s", list.Items, keep)
 	}
-	if _, err := e.client(e.stranger).ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "x"}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := projects.Create.Call(ctx, e.client(e.stranger), projects.CreateInput{TenantID: "acme", Name: "x"}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("sam's create = %v, want ACCESS_DENIED", err)
 	}
 }
@@ -344,31 +346,31 @@ func TestProjectsLifecycle(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := e.client(e.boot.UserToken)
-	p, err := c.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "ml", Description: "training"})
+	p, err := projects.Create.Call(ctx, c, projects.CreateInput{TenantID: "acme", Name: "ml", Description: "training"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !core.ValidID("prj", p.ID) || p.TenantID != "acme" || p.CreatedBy != e.boot.UserIdentityID {
 		t.Fatalf("created %+v", p)
 	}
-	if _, err := c.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "ml"}); codeOf(err) != core.CodeConflict {
+	if _, err := projects.Create.Call(ctx, c, projects.CreateInput{TenantID: "acme", Name: "ml"}); codeOf(err) != core.CodeConflict {
 		t.Fatalf("duplicate name = %v, want CONFLICT", err)
 	}
-	got, err := c.ProjectsGet(ctx, "acme", p.ID)
+	got, err := projects.Get.Call(ctx, c, projects.ProjectInput{TenantID: "acme", ProjectID: p.ID})
 	if err != nil || got.Name != "ml" || got.Description != "training" {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
-	if _, err := c.ProjectsGet(ctx, "acme", core.NewID("prj")); codeOf(err) != core.CodeNotFound {
+	if _, err := projects.Get.Call(ctx, c, projects.ProjectInput{TenantID: "acme", ProjectID: core.NewID("prj")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("get of a missing project = %v, want NOT_FOUND", err)
 	}
-	archived, err := c.ProjectsArchive(ctx, "acme", p.ID)
+	archived, err := projects.Archive.Call(ctx, c, projects.ProjectInput{TenantID: "acme", ProjectID: p.ID})
 	if err != nil || archived.ArchivedAt == nil {
 		t.Fatalf("archive = %+v, %v", archived, err)
 	}
-	if _, err := c.ProjectsArchive(ctx, "acme", p.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := projects.Archive.Call(ctx, c, projects.ProjectInput{TenantID: "acme", ProjectID: p.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("second archive = %v, want INVALID_STATE", err)
 	}
-	if list, err := c.ProjectsList(ctx, "acme"); err != nil || len(list.Items) != 0 {
+	if list, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("list after archive = %+v, %v", list, err)
 	}
 	// Every allowed mutation left its admission context, in its transaction.
@@ -386,7 +388,7 @@ func TestProjectsLifecycle(t *testing.T) {
 func TestRootOverride(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	p, err := e.client(e.boot.AdminToken).ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "by-root"})
+	p, err := projects.Create.Call(ctx, e.client(e.boot.AdminToken), projects.CreateInput{TenantID: "acme", Name: "by-root"})
 	if err != nil {
 		t.Fatalf("root admin's create in acme = %v", err)
 	}
@@ -396,7 +398,7 @@ func TestRootOverride(t *testing.T) {
 	}
 	// A root-tenant person without root authority is refused.
 	plain := e.person(api.DefaultRootTenant, "operator", nil)
-	if _, err := e.client(plain).ProjectsGet(ctx, "acme", p.ID); codeOf(err) != core.CodeAccessDenied {
+	if _, err := projects.Get.Call(ctx, e.client(plain), projects.ProjectInput{TenantID: "acme", ProjectID: p.ID}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("plain root person = %v, want ACCESS_DENIED", err)
 	}
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"github.com/better-compute/better-compute/api/projects"
 	"io"
 	"log/slog"
 	"net/http"
@@ -118,7 +119,7 @@ func TestRemoteAdmissionFailsClosedWhileTheReplicaLags(t *testing.T) {
 func TestRemoteSourceIPCannotBeSpoofed(t *testing.T) {
 	e, _, replica := newRemoteEnv(t, true)
 	ctx := context.Background()
-	p, err := e.client(e.boot.UserToken).ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "internal"})
+	p, err := projects.Create.Call(ctx, e.client(e.boot.UserToken), projects.CreateInput{TenantID: "acme", Name: "internal"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ when { context has sourceIp && context.sourceIp.isInRange(ip("10.0.0.0/8")) };`
 	if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: "office-only", Cedar: policy}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client(e.stranger).ProjectsGet(ctx, "acme", p.ID); err != nil {
+	if _, err := projects.Get.Call(ctx, e.client(e.stranger), projects.ProjectInput{TenantID: "acme", ProjectID: p.ID}); err != nil {
 		t.Fatalf("the real peer is refused: %v", err)
 	}
 }

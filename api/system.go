@@ -28,10 +28,6 @@ func (s *Server) systemMethods() []rpc.Descriptor {
 // legacyHandlers are the methods not yet described by a domain's descriptors.
 func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 	return map[string]*rpc.Handler{
-		"projects.create":  {Run: s.projectsCreate},
-		"projects.get":     {Run: s.projectsGet},
-		"projects.list":    {List: s.projectsList},
-		"projects.archive": {Run: s.projectsArchive},
 
 		"sites.create":      {Run: s.sitesCreate},
 		"sites.get":         {Run: s.sitesGet},

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"github.com/better-compute/better-compute/api/projects"
 	"math"
 	"strings"
 	"testing"
@@ -42,15 +43,15 @@ func TestUsageList(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	a, g := e.client(e.boot.UserToken), e.client(e.globex)
-	p1, err := a.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "train"})
+	p1, err := projects.Create.Call(ctx, a, projects.CreateInput{TenantID: "acme", Name: "train"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := a.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "acme", Name: "serve"})
+	p2, err := projects.Create.Call(ctx, a, projects.CreateInput{TenantID: "acme", Name: "serve"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gp, err := g.ProjectsCreate(ctx, api.ProjectsCreateInput{TenantID: "globex", Name: "x"})
+	gp, err := projects.Create.Call(ctx, g, projects.CreateInput{TenantID: "globex", Name: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}

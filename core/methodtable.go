@@ -604,12 +604,6 @@ func nullable(f Field) Field { f.Nullable = true; return f }
 // completes it. Projects' fields are not in the spec: name and description
 // are this choice.
 var explicitSchemas = map[string][]Field{
-	"projects.create": {TenantIDField(),
-		{Name: "name", Type: FieldString, Required: true, MinLength: 1, MaxLength: 128},
-		crsDescription},
-	"projects.get":     {TenantIDField(), IDField("projectId", "prj", true)},
-	"projects.list":    {TenantIDField()},
-	"projects.archive": {TenantIDField(), IDField("projectId", "prj", true)},
 
 	// Sites, site tokens, pools, offers and quotas ("The fleet"). The spec
 	// gives no input tables for them: names, lengths and patterns are this

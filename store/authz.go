@@ -341,3 +341,16 @@ func PruneAuthzChanges(ctx context.Context, q DBTX, keep time.Duration) (int64, 
 func (s *Store) ListenAuthzChanges(ctx context.Context, notify func()) error {
 	return s.Listen(ctx, AuthzChannel, notify, func(string) { notify() })
 }
+
+// VisibleIn is the list pre-filter, as one SQL condition: the row whose id
+// is idColumn has an authorization row of the type in parameter typeParam,
+// in the tenant's view (its own, or shared with it when shared is set) of
+// the tenant in parameter tenantParam. A list selects with it, then decides
+// on each item it kept.
+func VisibleIn(idColumn, tenantParam, typeParam string, shared bool) string {
+	view := `a.tenant_id = ` + tenantParam
+	if shared {
+		view = `(a.tenant_id = ` + tenantParam + ` OR ` + tenantParam + ` = ANY (a.shared_with))`
+	}
+	return `EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = ` + typeParam + ` AND a.id = ` + idColumn + ` AND ` + view + `)`
+}

@@ -126,10 +126,27 @@ type ErasedAdmission struct {
 	Started  func(ctx context.Context, c *Call) error
 }
 
+// Ref is a method's name bound to its input and output types. A domain
+// declares one per method; its descriptor and every caller name the method
+// through it, so the name and the types are written once.
+type Ref[In, Out any] string
+
+// Caller sends one call: the HTTP client, or a server in process.
+type Caller interface {
+	Call(ctx context.Context, method string, in, out any) error
+}
+
+// Call calls the method through c.
+func (r Ref[In, Out]) Call(ctx context.Context, c Caller, in In) (Out, error) {
+	var out Out
+	err := c.Call(ctx, string(r), in, &out)
+	return out, err
+}
+
 // Method describes one method whose input is In and whose answer is Out.
 // Set exactly one of Direct, Run, List and Admission.
 type Method[In, Out any] struct {
-	Name      string
+	Name      Ref[In, Out]
 	Action    string // the table's action cell
 	DecidedOn string // the table's decided-on cell
 	Phase     string // the table's phase cell
@@ -165,7 +182,7 @@ type Admission[In, Out any] struct {
 
 // Info implements Descriptor.
 func (m *Method[In, Out]) Info() Info {
-	return Info{Name: m.Name, Action: m.Action, DecidedOn: m.DecidedOn, Phase: m.Phase, Kind: m.Kind,
+	return Info{Name: string(m.Name), Action: m.Action, DecidedOn: m.DecidedOn, Phase: m.Phase, Kind: m.Kind,
 		Input: reflect.TypeFor[In](), Output: reflect.TypeFor[Out]()}
 }
 
@@ -237,6 +254,9 @@ type Item struct {
 	Resource iam.Resource
 	Value    any
 }
+
+// ListLimit bounds one page of every list.
+const ListLimit = 500
 
 // PageOf is the page of rows, each decided on resource(row), answered as
 // wrap(the rows kept).
