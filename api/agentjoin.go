@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
@@ -30,12 +31,6 @@ import (
 // listener, outside the method table; the join token (or the request
 // secret) is their only credential. Neither the token, the secret nor any
 // private key is ever logged or stored.
-
-// Paths of the join endpoints.
-const (
-	AgentJoinPath       = "/agent/v1/join"
-	AgentJoinStatusPath = "/agent/v1/join/status"
-)
 
 // NodeCertificateTTL is how long a node certificate issued at join is valid.
 const NodeCertificateTTL = 90 * 24 * time.Hour
@@ -56,38 +51,6 @@ const (
 	nodeNameSuffixLength  = 5
 	nodeNameClashAttempts = 8
 )
-
-// AgentJoinInput is the body of POST /agent/v1/join.
-type AgentJoinInput struct {
-	Token     string          `json:"token"`
-	Name      string          `json:"name"`
-	Inventory json.RawMessage `json:"inventory"`
-	CSR       string          `json:"csr"`
-}
-
-// AgentJoinStatusInput is the body of POST /agent/v1/join/status.
-type AgentJoinStatusInput struct {
-	JoinRequestID string `json:"joinRequestId"`
-	RequestSecret string `json:"requestSecret"`
-}
-
-// AgentJoinPending is the 202 answer of a join that waits for approval.
-// RequestSecret appears only in the join's answer, never in a poll's.
-type AgentJoinPending struct {
-	JoinRequestID string `json:"joinRequestId"`
-	State         string `json:"state"`
-	RequestSecret string `json:"requestSecret,omitempty"`
-}
-
-// AgentJoinResult is the 200 answer of a join (or of a poll once approved):
-// the node, its certificate and the CA that signed it (PEM), and where the
-// agent opens its session.
-type AgentJoinResult struct {
-	NodeID        string `json:"nodeId"`
-	Certificate   string `json:"certificate"`
-	CACertificate string `json:"caCertificate"`
-	AgentEndpoint string `json:"agentEndpoint"`
-}
 
 // nodeNamePattern is a DNS label (RFC 1123), lower case.
 var nodeNamePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -114,7 +77,7 @@ func (s *Server) handleAgentJoin(c *gin.Context) {
 		writeError(c, noNodeCA())
 		return
 	}
-	var in AgentJoinInput
+	var in protocol.JoinRequest
 	if err := readAgentJSON(c, &in); err != nil {
 		writeError(c, err)
 		return
@@ -133,7 +96,7 @@ func (s *Server) handleAgentJoinStatus(c *gin.Context) {
 		writeError(c, noNodeCA())
 		return
 	}
-	var in AgentJoinStatusInput
+	var in protocol.JoinStatusRequest
 	if err := readAgentJSON(c, &in); err != nil {
 		writeError(c, err)
 		return
@@ -155,7 +118,7 @@ type joinCandidate struct {
 }
 
 // checkJoin validates a join's input before anything is spent.
-func checkJoin(in AgentJoinInput) (joinCandidate, error) {
+func checkJoin(in protocol.JoinRequest) (joinCandidate, error) {
 	if in.Token == "" {
 		return joinCandidate{}, badField("token", "required", "a join token is required")
 	}
@@ -195,7 +158,7 @@ func checkCSR(csrPEM []byte) error {
 // Join serves a join: it spends the token and, in the same transaction,
 // either records a join request (the pool asks for approval: 202) or
 // admits the node and issues its certificate (200).
-func (s *Server) Join(ctx context.Context, in AgentJoinInput) (int, any, error) {
+func (s *Server) Join(ctx context.Context, in protocol.JoinRequest) (int, any, error) {
 	if s.deps.NodeCA == nil {
 		return 0, nil, noNodeCA()
 	}
@@ -225,7 +188,7 @@ func (s *Server) Join(ctx context.Context, in AgentJoinInput) (int, any, error) 
 			if err != nil {
 				return err
 			}
-			status, out = http.StatusAccepted, AgentJoinPending{JoinRequestID: r.ID, State: r.State, RequestSecret: secret}
+			status, out = http.StatusAccepted, protocol.JoinPending{JoinRequestID: r.ID, State: r.State, RequestSecret: secret}
 			return nil
 		}
 		res, err := s.admitNode(ctx, tx, pool, cand, "joinToken:"+tok.ID)
@@ -244,7 +207,7 @@ func (s *Server) Join(ctx context.Context, in AgentJoinInput) (int, any, error) 
 // JoinStatus answers an agent's poll of its join request: 202 while
 // pending, 200 with the identity once approved, ACCESS_DENIED (reason
 // rejected) once rejected, INVALID_STATE (reason expired) once expired.
-func (s *Server) JoinStatus(ctx context.Context, in AgentJoinStatusInput) (int, any, error) {
+func (s *Server) JoinStatus(ctx context.Context, in protocol.JoinStatusRequest) (int, any, error) {
 	if s.deps.NodeCA == nil {
 		return 0, nil, noNodeCA()
 	}
@@ -258,9 +221,9 @@ func (s *Server) JoinStatus(ctx context.Context, in AgentJoinStatusInput) (int, 
 	}
 	switch r.State {
 	case store.JoinRequestPending:
-		return http.StatusAccepted, AgentJoinPending{JoinRequestID: r.ID, State: r.State}, nil
+		return http.StatusAccepted, protocol.JoinPending{JoinRequestID: r.ID, State: r.State}, nil
 	case store.JoinRequestApproved:
-		return http.StatusOK, AgentJoinResult{NodeID: r.NodeID, Certificate: r.Certificate,
+		return http.StatusOK, protocol.JoinResult{NodeID: r.NodeID, Certificate: r.Certificate,
 			CACertificate: string(s.deps.NodeCA.CertPEM()), AgentEndpoint: s.deps.AgentEndpoint}, nil
 	case store.JoinRequestRejected:
 		return 0, nil, core.Errorf(core.CodeAccessDenied, "the join request was rejected").
@@ -290,27 +253,27 @@ func newRequestSecret() (string, []byte, error) {
 // the pool's acceptance checks await nodes.adopt), disconnected,
 // trust from the pool's owner, observed generation 0 (it has applied no
 // NodeSpec yet, so it is not schedulable until it does).
-func (s *Server) admitNode(ctx context.Context, tx store.Tx, pool Pool, cand joinCandidate, by string) (AgentJoinResult, error) {
+func (s *Server) admitNode(ctx context.Context, tx store.Tx, pool Pool, cand joinCandidate, by string) (protocol.JoinResult, error) {
 	if pool.ArchivedAt != nil {
-		return AgentJoinResult{}, core.Errorf(core.CodeInvalidState, "the pool is archived").
+		return protocol.JoinResult{}, core.Errorf(core.CodeInvalidState, "the pool is archived").
 			WithDetails(map[string]any{"reason": store.JoinTokenPoolArchived})
 	}
 	nodeID, err := s.matchNode(ctx, tx, pool.ID, cand.hardwareKey)
 	if err != nil {
-		return AgentJoinResult{}, err
+		return protocol.JoinResult{}, err
 	}
 	if nodeID != "" {
 		if _, err := store.RevokeNodeIdentities(ctx, tx, nodeID, by); err != nil {
-			return AgentJoinResult{}, err
+			return protocol.JoinResult{}, err
 		}
 		if err := addNodeEvent(ctx, tx, nodeID, EventIdentityRevoked, "identities revoked: the machine joined again",
 			map[string]any{"by": by}); err != nil {
-			return AgentJoinResult{}, err
+			return protocol.JoinResult{}, err
 		}
 	} else {
 		name, err := s.freeNodeName(ctx, tx, pool.TenantID, cand.name)
 		if err != nil {
-			return AgentJoinResult{}, err
+			return protocol.JoinResult{}, err
 		}
 		nn := NewNode{PoolID: pool.ID, Name: name, ProvisionState: joinedState(pool.Policy), Role: nodes.RoleHost,
 			Trust: nodes.TrustPlatform, Connectivity: nodes.Disconnected, ObservedGeneration: 0}
@@ -319,22 +282,22 @@ func (s *Server) admitNode(ctx context.Context, tx store.Tx, pool Pool, cand joi
 		}
 		n, err := s.CreateNode(ctx, tx, nn)
 		if err != nil {
-			return AgentJoinResult{}, err
+			return protocol.JoinResult{}, err
 		}
 		nodeID = n.ID
 	}
 	if err := addNodeEvent(ctx, tx, nodeID, EventJoined, "joined pool "+pool.ID,
 		map[string]any{"poolId": pool.ID, "by": by}); err != nil {
-		return AgentJoinResult{}, err
+		return protocol.JoinResult{}, err
 	}
 	if _, err := s.IngestInventory(ctx, tx, nodeID, cand.inventory); err != nil {
-		return AgentJoinResult{}, err
+		return protocol.JoinResult{}, err
 	}
 	certPEM, err := s.issueIdentity(ctx, tx, nodeID, cand.csr)
 	if err != nil {
-		return AgentJoinResult{}, err
+		return protocol.JoinResult{}, err
 	}
-	return AgentJoinResult{NodeID: nodeID, Certificate: string(certPEM), CACertificate: string(s.deps.NodeCA.CertPEM()),
+	return protocol.JoinResult{NodeID: nodeID, Certificate: string(certPEM), CACertificate: string(s.deps.NodeCA.CertPEM()),
 		AgentEndpoint: s.deps.AgentEndpoint}, nil
 }
 

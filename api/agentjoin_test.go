@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/better-compute/better-compute/agent/join"
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
@@ -195,7 +196,7 @@ func TestAgentJoin(t *testing.T) {
 		"name": {"token": tok2, "name": "bad_name", "inventory": json.RawMessage(invJSON), "csr": "x"},
 		"inv":  {"token": tok2, "name": "x", "inventory": json.RawMessage(`{"kind":"nope"}`), "csr": "x"},
 	} {
-		status, out := postJSON(t, e.url+api.AgentJoinPath, body)
+		status, out := postJSON(t, e.url+protocol.JoinPath, body)
 		if status != 400 || !bytes.Contains(out, []byte(`"INVALID_INPUT"`)) {
 			t.Fatalf("%s: %d %s", name, status, out)
 		}
@@ -330,24 +331,24 @@ func TestAgentJoinApproval(t *testing.T) {
 	}
 
 	// A rejected request: the poll is ACCESS_DENIED, reason rejected.
-	status, out := postJSON(t, e.url+api.AgentJoinPath, map[string]any{"token": tok, "name": "gated-2",
+	status, out := postJSON(t, e.url+protocol.JoinPath, map[string]any{"token": tok, "name": "gated-2",
 		"inventory": json.RawMessage(mustJSON(t, machine(t, "ddddddddddd4"))), "csr": testCSR(t)})
-	var pending api.AgentJoinPending
+	var pending protocol.JoinPending
 	if status != http.StatusAccepted || json.Unmarshal(out, &pending) != nil || pending.State != "pending" || pending.RequestSecret == "" {
 		t.Fatalf("join = %d %s", status, out)
 	}
 	poll := map[string]string{"joinRequestId": pending.JoinRequestID, "requestSecret": pending.RequestSecret}
-	if status, out := postJSON(t, e.url+api.AgentJoinStatusPath, poll); status != http.StatusAccepted || bytes.Contains(out, []byte("requestSecret")) {
+	if status, out := postJSON(t, e.url+protocol.JoinStatusPath, poll); status != http.StatusAccepted || bytes.Contains(out, []byte("requestSecret")) {
 		t.Fatalf("poll pending = %d %s", status, out)
 	}
-	if status, _ := postJSON(t, e.url+api.AgentJoinStatusPath, map[string]string{"joinRequestId": pending.JoinRequestID,
+	if status, _ := postJSON(t, e.url+protocol.JoinStatusPath, map[string]string{"joinRequestId": pending.JoinRequestID,
 		"requestSecret": "bcjr_wrong"}); status != http.StatusUnauthorized {
 		t.Fatalf("poll with a wrong secret = %d", status)
 	}
 	if rj, err := c.JoinRequestsReject(ctx, "acme", p.ID, pending.JoinRequestID); err != nil || rj.State != "rejected" {
 		t.Fatalf("reject = %+v, %v", rj, err)
 	}
-	status, out = postJSON(t, e.url+api.AgentJoinStatusPath, poll)
+	status, out = postJSON(t, e.url+protocol.JoinStatusPath, poll)
 	var eb struct {
 		Error core.Error `json:"error"`
 	}
@@ -361,7 +362,7 @@ func TestAgentJoinApproval(t *testing.T) {
 
 func TestAgentJoinWithoutCA(t *testing.T) {
 	e := newEnv(t)
-	status, out := postJSON(t, e.url+api.AgentJoinPath, map[string]any{"token": "bcjt_x"})
+	status, out := postJSON(t, e.url+protocol.JoinPath, map[string]any{"token": "bcjt_x"})
 	if status != http.StatusServiceUnavailable || !bytes.Contains(out, []byte("no node CA configured")) {
 		t.Fatalf("join without a CA = %d %s", status, out)
 	}

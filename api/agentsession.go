@@ -15,8 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
 )
@@ -27,9 +29,6 @@ import (
 // (nodes.session_epoch); every later write of the session is conditional on
 // it, so of two sessions for one node only the newer writes, and the older
 // ends at its next write.
-
-// AgentSessionPath is the session endpoint of the agent listener.
-const AgentSessionPath = "/agent/v1/session"
 
 // Defaults of Deps.AgentLease and Deps.AgentHeartbeat.
 const (
@@ -54,62 +53,11 @@ const (
 
 // Limits of a session.
 const (
-	maxAgentFrame     = 16 << 20 // an inventory document is the largest frame
-	agentCommandBatch = 100      // commands read per delivery pass
+	agentCommandBatch = 100 // commands read per delivery pass
 	// agentRedeliverEvery is how often a heartbeat also looks for pending
 	// commands no notice announced (a notBefore reached).
 	agentRedeliverEvery = 30 * time.Second
 )
-
-// agentFrame is every frame the agent sends; Type says which fields count.
-type agentFrame struct {
-	Type string `json:"type"`
-	// hello
-	AgentVersion       string `json:"agentVersion,omitempty"`
-	LastExecutedSeq    int64  `json:"lastExecutedSeq,omitempty"`
-	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
-	InventoryDigest    string `json:"inventoryDigest,omitempty"`
-	// hello and heartbeat: the agent's clock, epoch ms.
-	Clock int64 `json:"clock,omitempty"`
-	// inventory
-	Document json.RawMessage `json:"document,omitempty"`
-	// observed: the NodeSpec generation the agent converged on
-	Generation int64 `json:"generation,omitempty"`
-	// result
-	Seq       int64  `json:"seq,omitempty"`
-	State     string `json:"state,omitempty"`
-	ExitCode  *int   `json:"exitCode,omitempty"`
-	Stdout    string `json:"stdout,omitempty"`
-	Stderr    string `json:"stderr,omitempty"`
-	Error     string `json:"error,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"`
-}
-
-// Server → agent frames.
-type welcomeFrame struct {
-	Type             string `json:"type"` // welcome
-	NodeID           string `json:"nodeId"`
-	Epoch            int64  `json:"epoch"`
-	HeartbeatSeconds int    `json:"heartbeatSeconds"`
-	LeaseSeconds     int    `json:"leaseSeconds"`
-	InventoryDigest  string `json:"inventoryDigest"`
-}
-
-type commandFrame struct {
-	Type          string          `json:"type"` // command
-	Seq           int64           `json:"seq"`
-	ID            string          `json:"id"`
-	Kind          string          `json:"kind"`
-	Args          json.RawMessage `json:"args"`
-	NotBefore     int64           `json:"notBefore,omitempty"` // epoch ms; 0: none
-	NotAfter      int64           `json:"notAfter,omitempty"`
-	MinGeneration int64           `json:"minGeneration,omitempty"`
-}
-
-type cancelFrame struct {
-	Type string `json:"type"` // cancel
-	Seq  int64  `json:"seq"`
-}
 
 // AgentTLSConfig is the agent listener's TLS configuration: TLS 1.3, HTTP/2,
 // a client certificate of the node CA required, and a server certificate
@@ -131,7 +79,7 @@ func AgentTLSConfig(ca *nodeca.CA, hosts []string) (*tls.Config, error) {
 // AgentHandler serves the agent listener: POST /agent/v1/session.
 func (s *Server) AgentHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+AgentSessionPath, s.handleAgentSession)
+	mux.HandleFunc("POST "+protocol.SessionPath, s.handleAgentSession)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		agentError(w, http.StatusNotFound, "NOT_FOUND", "no such route")
 	})
@@ -271,19 +219,22 @@ func (s *Server) agentsOf(nodeID string) []*agentSession {
 // reconnecting with backoff. Once a LISTEN is in place every session checks
 // its identity and commands again: notices sent before it may be lost.
 func (s *Server) listenAgents(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	// 100 ms doubling up to 10 s, no jitter: one listener per process.
+	retry := &backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond, Multiplier: 2,
+		MaxInterval: 10 * time.Second}
+	retry.Reset()
 	for ctx.Err() == nil {
-		err := s.listenAgentsOnce(ctx, func() { backoff = 100 * time.Millisecond })
+		err := s.listenAgentsOnce(ctx, retry.Reset)
 		if ctx.Err() != nil {
 			return
 		}
-		s.deps.Logger.Warn("agent sessions: listen failed", "error", err, "retryIn", backoff)
+		wait := retry.NextBackOff()
+		s.deps.Logger.Warn("agent sessions: listen failed", "error", err, "retryIn", wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, 10*time.Second)
 	}
 }
 
@@ -412,14 +363,14 @@ func (c *sessionConn) send(v any) error {
 
 // run serves the stream until it ends and answers why.
 func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
-	frames := make(chan agentFrame)
+	frames := make(chan any)
 	readErr := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(body)
-		sc.Buffer(make([]byte, 4<<10), maxAgentFrame) // grows for an inventory frame
+		sc.Buffer(make([]byte, 4<<10), protocol.MaxFrame) // grows for an inventory frame
 		for sc.Scan() {
-			var f agentFrame
-			if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			f, err := protocol.DecodeAgentFrame(sc.Bytes())
+			if err != nil {
 				readErr <- fmt.Errorf("bad frame: %w", err)
 				return
 			}
@@ -479,18 +430,19 @@ func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 	}
 }
 
-func (c *sessionConn) frame(ctx context.Context, f agentFrame) error {
+func (c *sessionConn) frame(ctx context.Context, frame any) error {
 	epoch := c.a.getEpoch()
-	if epoch == 0 && f.Type != "hello" {
-		return fmt.Errorf("the first frame is %q, not hello", f.Type)
+	hello, isHello := frame.(protocol.Hello)
+	if epoch == 0 && !isHello {
+		return fmt.Errorf("the first frame is %q, not hello", frameType(frame))
 	}
-	switch f.Type {
-	case "hello":
+	switch f := frame.(type) {
+	case protocol.Hello:
 		if epoch != 0 {
 			return errors.New("a second hello")
 		}
-		return c.hello(ctx, f)
-	case "heartbeat":
+		return c.hello(ctx, hello)
+	case protocol.Heartbeat:
 		hbStart := time.Now()
 		generation, err := c.s.agentHeartbeatFrame(ctx, c.a, epoch, f.Clock)
 		c.s.observeHeartbeat(hbStart)
@@ -508,9 +460,9 @@ func (c *sessionConn) frame(ctx context.Context, f agentFrame) error {
 			return c.deliver(ctx)
 		}
 		return nil
-	case "observed":
+	case protocol.Observed:
 		return c.observed(ctx, f.Generation)
-	case "inventory":
+	case protocol.Inventory:
 		err := c.s.inFencedTx(ctx, c.a.nodeID, epoch, func(tx store.Tx) error {
 			_, err := c.s.IngestInventory(ctx, tx, c.a.nodeID, f.Document)
 			return err
@@ -522,9 +474,9 @@ func (c *sessionConn) frame(ctx context.Context, f agentFrame) error {
 			return nil
 		}
 		return err
-	case "result":
+	case protocol.Result:
 		err := c.s.inFencedTx(ctx, c.a.nodeID, epoch, func(tx store.Tx) error {
-			return store.RecordNodeCommandResult(ctx, tx, c.a.nodeID, f.Seq, store.NodeCommandResult{State: f.State,
+			return store.RecordNodeCommandResult(ctx, tx, c.a.nodeID, f.Seq, store.NodeCommandResult{State: string(f.State),
 				ExitCode: f.ExitCode, Stdout: f.Stdout, Stderr: f.Stderr, Error: f.Error, Truncated: f.Truncated})
 		})
 		if err != nil && !errors.Is(err, errSuperseded) {
@@ -535,14 +487,22 @@ func (c *sessionConn) frame(ctx context.Context, f agentFrame) error {
 		}
 		return err
 	default:
-		c.log.Warn("agent session: unknown frame", "type", f.Type)
+		c.log.Warn("agent session: unknown frame", "type", frameType(frame))
 		return nil
 	}
 }
 
+// frameType names a decoded frame for errors and logs.
+func frameType(frame any) string {
+	if h, ok := frame.(protocol.Header); ok {
+		return string(h.Type)
+	}
+	return fmt.Sprintf("%T", frame)
+}
+
 // hello takes the node with a new epoch and answers welcome, then the
 // pending commands.
-func (c *sessionConn) hello(ctx context.Context, f agentFrame) error {
+func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 	skew := time.Duration(f.Clock-time.Now().UnixMilli()) * time.Millisecond
 	var epoch int64
 	var digest string
@@ -588,7 +548,7 @@ func (c *sessionConn) hello(ctx context.Context, f agentFrame) error {
 		}
 	}
 	c.lastSent = max(f.LastExecutedSeq, 0)
-	if err := c.send(welcomeFrame{Type: "welcome", NodeID: c.a.nodeID, Epoch: epoch,
+	if err := c.send(protocol.Welcome{Type: protocol.FrameWelcome, NodeID: c.a.nodeID, Epoch: epoch,
 		HeartbeatSeconds: int(math.Ceil(c.s.agentHeartbeat().Seconds())),
 		LeaseSeconds:     int(math.Ceil(c.s.agentLease().Seconds())), InventoryDigest: digest}); err != nil {
 		return err
@@ -626,7 +586,8 @@ func (c *sessionConn) deliver(ctx context.Context) error {
 			return err
 		}
 		for _, cmd := range cmds {
-			f := commandFrame{Type: "command", Seq: cmd.Seq, ID: cmd.ID, Kind: cmd.Kind, Args: cmd.Args}
+			f := protocol.Command{Type: protocol.FrameCommand, Seq: cmd.Seq, ID: cmd.ID, Kind: protocol.CommandKind(cmd.Kind),
+				Args: cmd.Args}
 			if len(f.Args) == 0 {
 				f.Args = json.RawMessage(`{}`)
 			}
@@ -648,7 +609,7 @@ func (c *sessionConn) deliver(ctx context.Context) error {
 			if c.cancelled[seq] {
 				continue
 			}
-			if err := c.send(cancelFrame{Type: "cancel", Seq: seq}); err != nil {
+			if err := c.send(protocol.Cancel{Type: protocol.FrameCancel, Seq: seq}); err != nil {
 				return err
 			}
 			if c.cancelled == nil {

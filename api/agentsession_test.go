@@ -21,6 +21,7 @@ import (
 
 	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/join"
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core/inventory"
@@ -277,7 +278,7 @@ type rawSession struct {
 func (ae *agentEnv) open(id join.Identity) (*rawSession, int) {
 	ae.t.Helper()
 	pr, pw := io.Pipe()
-	req, err := http.NewRequest(http.MethodPost, ae.url+api.AgentSessionPath, pr)
+	req, err := http.NewRequest(http.MethodPost, ae.url+protocol.SessionPath, pr)
 	if err != nil {
 		ae.t.Fatal(err)
 	}

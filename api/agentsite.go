@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -23,60 +24,12 @@ import (
 // outside the method table; the site token is their only credential, and
 // it is never logged or stored (only its SHA-256 is looked up).
 
-// Paths of the site agent's endpoints.
-const (
-	AgentSiteRegisterPath = "/agent/v1/site/register"
-	AgentSiteRenewPath    = "/agent/v1/site/renew"
-)
-
 // DefaultSiteLease is the site boot lease's ttl unless Deps.SiteLease
 // says otherwise; the agent renews every third of it.
 const DefaultSiteLease = 30 * time.Second
 
 // siteHolderMaxLength bounds a holder (an instance id).
 const siteHolderMaxLength = 200
-
-// AgentSiteRegisterInput is the body of POST /agent/v1/site/register.
-type AgentSiteRegisterInput struct {
-	Token  string `json:"token"`
-	Holder string `json:"holder"`
-}
-
-// AgentSiteRenewInput is the body of POST /agent/v1/site/renew: the epoch
-// is the one register answered.
-type AgentSiteRenewInput struct {
-	Token  string `json:"token"`
-	Holder string `json:"holder"`
-	Epoch  int64  `json:"epoch"`
-}
-
-// AgentSiteTemporal is where the site agent reaches Temporal.
-type AgentSiteTemporal struct {
-	Address   string `json:"address"`
-	Namespace string `json:"namespace"`
-}
-
-// AgentSiteLease is the held boot lease: ExpiresAt in epoch milliseconds
-// (the database's clock), TTLMs its length, from which the agent times its
-// renewals and, on its own clock, when it must stop serving.
-type AgentSiteLease struct {
-	Name      string `json:"name"`
-	Epoch     int64  `json:"epoch"`
-	ExpiresAt int64  `json:"expiresAt"`
-	TTLMs     int64  `json:"ttlMs"`
-}
-
-// AgentSiteResult answers both endpoints.
-type AgentSiteResult struct {
-	SiteID    string            `json:"siteId"`
-	TaskQueue string            `json:"taskQueue"`
-	Temporal  AgentSiteTemporal `json:"temporal"`
-	Lease     AgentSiteLease    `json:"lease"`
-}
-
-// siteTaskQueue is the site agent's task queue (workflows.SiteTaskQueue;
-// spelled here so the API does not import the workflow package).
-func siteTaskQueue(siteID string) string { return "site-" + siteID }
 
 func (s *Server) siteLease() time.Duration {
 	if s.deps.SiteLease > 0 {
@@ -141,11 +94,11 @@ func authenticateSiteToken(ctx context.Context, tx store.Tx, token string) (site
 	return a, err
 }
 
-func (s *Server) siteResult(siteID string, l store.Lease, ttl time.Duration) AgentSiteResult {
-	return AgentSiteResult{
-		SiteID: siteID, TaskQueue: siteTaskQueue(siteID),
-		Temporal: AgentSiteTemporal{Address: s.deps.TemporalAddress, Namespace: s.deps.TemporalNamespace},
-		Lease:    AgentSiteLease{Name: l.Name, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt.UnixMilli(), TTLMs: ttl.Milliseconds()},
+func (s *Server) siteResult(siteID string, l store.Lease, ttl time.Duration) protocol.SiteResult {
+	return protocol.SiteResult{
+		SiteID: siteID, TaskQueue: protocol.SiteTaskQueue(siteID),
+		Temporal: protocol.SiteTemporal{Address: s.deps.TemporalAddress, Namespace: s.deps.TemporalNamespace},
+		Lease:    protocol.SiteLease{Name: l.Name, Epoch: l.Epoch, ExpiresAt: l.ExpiresAt.UnixMilli(), TTLMs: ttl.Milliseconds()},
 	}
 }
 
@@ -153,15 +106,15 @@ func (s *Server) siteResult(siteID string, l store.Lease, ttl time.Duration) Age
 // site token, records the agent (site_agents: a site agent is no nodes row,
 // which belongs to a pool) and takes the site's boot lease for the holder.
 // A lease another live holder has is CONFLICT: the agent retries later.
-func (s *Server) SiteRegister(ctx context.Context, in AgentSiteRegisterInput) (AgentSiteResult, error) {
+func (s *Server) SiteRegister(ctx context.Context, in protocol.SiteRegisterRequest) (protocol.SiteResult, error) {
 	if err := s.checkSiteAgent(in.Token, in.Holder); err != nil {
-		return AgentSiteResult{}, err
+		return protocol.SiteResult{}, err
 	}
 	if s.deps.TemporalAddress == "" || s.deps.TemporalNamespace == "" {
-		return AgentSiteResult{}, core.Errorf(core.CodeUnavailable, "no Temporal address configured for site agents")
+		return protocol.SiteResult{}, core.Errorf(core.CodeUnavailable, "no Temporal address configured for site agents")
 	}
 	ttl := s.siteLease()
-	var out AgentSiteResult
+	var out protocol.SiteResult
 	err := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		a, err := authenticateSiteToken(ctx, tx, in.Token)
 		if err != nil {
@@ -186,15 +139,15 @@ func (s *Server) SiteRegister(ctx context.Context, in AgentSiteRegisterInput) (A
 
 // SiteRenew renews a site agent's boot lease at its epoch; a lease the
 // holder lost (expired, or taken by another) is CONFLICT "lease lost".
-func (s *Server) SiteRenew(ctx context.Context, in AgentSiteRenewInput) (AgentSiteResult, error) {
+func (s *Server) SiteRenew(ctx context.Context, in protocol.SiteRenewRequest) (protocol.SiteResult, error) {
 	if err := s.checkSiteAgent(in.Token, in.Holder); err != nil {
-		return AgentSiteResult{}, err
+		return protocol.SiteResult{}, err
 	}
 	if in.Epoch < 1 {
-		return AgentSiteResult{}, badField("epoch", "invalid", "epoch must be the one register answered")
+		return protocol.SiteResult{}, badField("epoch", "invalid", "epoch must be the one register answered")
 	}
 	ttl := s.siteLease()
-	var out AgentSiteResult
+	var out protocol.SiteResult
 	err := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		a, err := authenticateSiteToken(ctx, tx, in.Token)
 		if err != nil {

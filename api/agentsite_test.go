@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api"
 )
 
@@ -84,23 +85,23 @@ func TestAgentSite(t *testing.T) {
 		code             string
 		epoch            int64 // on 200
 	}{
-		{"a registers and takes the lease", api.AgentSiteRegisterPath, reg(tok.Token, "a"), nil, 200, "", 1},
-		{"b is refused while a holds it", api.AgentSiteRegisterPath, reg(tok.Token, "b"), nil, 409, "CONFLICT", 0},
-		{"a registering again keeps its epoch", api.AgentSiteRegisterPath, reg(tok.Token, "a"), nil, 200, "", 1},
-		{"a renews", api.AgentSiteRenewPath, renew(tok.Token, "a", "1"), nil, 200, "", 1},
-		{"a stale epoch is lost", api.AgentSiteRenewPath, renew(tok.Token, "a", "7"), nil, 409, "CONFLICT", 0},
-		{"b cannot renew a's lease", api.AgentSiteRenewPath, renew(tok.Token, "b", "1"), nil, 409, "CONFLICT", 0},
-		{"b takes over once it expired", api.AgentSiteRegisterPath, reg(tok.Token, "b"), expire, 200, "", 2},
-		{"a has lost it", api.AgentSiteRenewPath, renew(tok.Token, "a", "1"), nil, 409, "CONFLICT", 0},
-		{"an unknown token", api.AgentSiteRegisterPath, reg(api.SiteTokenPrefix+"nope", "a"), nil, 401, "UNAUTHENTICATED", 0},
-		{"no token", api.AgentSiteRegisterPath, reg("", "a"), nil, 401, "UNAUTHENTICATED", 0},
-		{"a revoked token", api.AgentSiteRegisterPath, reg(revoked.Token, "a"), nil, 401, "UNAUTHENTICATED", 0},
-		{"a revoked token renewing", api.AgentSiteRenewPath, renew(revoked.Token, "b", "2"), nil, 401, "UNAUTHENTICATED", 0},
-		{"a deleted site's token", api.AgentSiteRegisterPath, reg(goneTok.Token, "a"), nil, 401, "UNAUTHENTICATED", 0},
-		{"no holder", api.AgentSiteRegisterPath, reg(tok.Token, ""), nil, 400, "INVALID_INPUT", 0},
-		{"a holder with spaces", api.AgentSiteRegisterPath, reg(tok.Token, "a b"), nil, 400, "INVALID_INPUT", 0},
-		{"no epoch", api.AgentSiteRenewPath, reg(tok.Token, "b"), nil, 400, "INVALID_INPUT", 0},
-		{"an unknown field", api.AgentSiteRegisterPath, `{"token":"x","holder":"a","x":1}`, nil, 400, "INVALID_INPUT", 0},
+		{"a registers and takes the lease", protocol.SiteRegisterPath, reg(tok.Token, "a"), nil, 200, "", 1},
+		{"b is refused while a holds it", protocol.SiteRegisterPath, reg(tok.Token, "b"), nil, 409, "CONFLICT", 0},
+		{"a registering again keeps its epoch", protocol.SiteRegisterPath, reg(tok.Token, "a"), nil, 200, "", 1},
+		{"a renews", protocol.SiteRenewPath, renew(tok.Token, "a", "1"), nil, 200, "", 1},
+		{"a stale epoch is lost", protocol.SiteRenewPath, renew(tok.Token, "a", "7"), nil, 409, "CONFLICT", 0},
+		{"b cannot renew a's lease", protocol.SiteRenewPath, renew(tok.Token, "b", "1"), nil, 409, "CONFLICT", 0},
+		{"b takes over once it expired", protocol.SiteRegisterPath, reg(tok.Token, "b"), expire, 200, "", 2},
+		{"a has lost it", protocol.SiteRenewPath, renew(tok.Token, "a", "1"), nil, 409, "CONFLICT", 0},
+		{"an unknown token", protocol.SiteRegisterPath, reg(api.SiteTokenPrefix+"nope", "a"), nil, 401, "UNAUTHENTICATED", 0},
+		{"no token", protocol.SiteRegisterPath, reg("", "a"), nil, 401, "UNAUTHENTICATED", 0},
+		{"a revoked token", protocol.SiteRegisterPath, reg(revoked.Token, "a"), nil, 401, "UNAUTHENTICATED", 0},
+		{"a revoked token renewing", protocol.SiteRenewPath, renew(revoked.Token, "b", "2"), nil, 401, "UNAUTHENTICATED", 0},
+		{"a deleted site's token", protocol.SiteRegisterPath, reg(goneTok.Token, "a"), nil, 401, "UNAUTHENTICATED", 0},
+		{"no holder", protocol.SiteRegisterPath, reg(tok.Token, ""), nil, 400, "INVALID_INPUT", 0},
+		{"a holder with spaces", protocol.SiteRegisterPath, reg(tok.Token, "a b"), nil, 400, "INVALID_INPUT", 0},
+		{"no epoch", protocol.SiteRenewPath, reg(tok.Token, "b"), nil, 400, "INVALID_INPUT", 0},
+		{"an unknown field", protocol.SiteRegisterPath, `{"token":"x","holder":"a","x":1}`, nil, 400, "INVALID_INPUT", 0},
 	}
 	for _, st := range steps {
 		if st.before != nil {
@@ -121,7 +122,7 @@ func TestAgentSite(t *testing.T) {
 		if status != 200 {
 			continue
 		}
-		var out api.AgentSiteResult
+		var out protocol.SiteResult
 		if err := json.Unmarshal([]byte(body), &out); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +143,7 @@ func TestAgentSite(t *testing.T) {
 	}
 
 	// Without Temporal configured, registering is UNAVAILABLE.
-	if status, body := postAgent(t, siteAgentServer(t, e, false), api.AgentSiteRegisterPath, reg(tok.Token, "c")); status != 503 || !strings.Contains(body, `"UNAVAILABLE"`) {
+	if status, body := postAgent(t, siteAgentServer(t, e, false), protocol.SiteRegisterPath, reg(tok.Token, "c")); status != 503 || !strings.Contains(body, `"UNAVAILABLE"`) {
 		t.Fatalf("register without Temporal = %d %s", status, body)
 	}
 }

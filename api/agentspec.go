@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -14,25 +15,10 @@ import (
 // with the generation it reached, which becomes nodes.observed_generation.
 // A node is schedulable only once observed_generation is at least 1.
 
-// NodeSpec is what the agent converges on.
-type NodeSpec struct {
-	Labels   map[string]string `json:"labels"`
-	Taints   []Taint           `json:"taints"`
-	Cordoned bool              `json:"cordoned"`
-	// Drain is "", "draining" or "drained".
-	Drain string `json:"drain,omitempty"`
-}
-
-type specFrame struct {
-	Type       string   `json:"type"` // spec
-	Generation int64    `json:"generation"`
-	Spec       NodeSpec `json:"spec"`
-}
-
 // sendSpec sends the node's spec when its generation is past the last one
 // sent on this stream.
 func (c *sessionConn) sendSpec(ctx context.Context) error {
-	var f specFrame
+	f := protocol.Spec{Type: protocol.FrameSpec}
 	var labels, taints []byte
 	err := c.s.store.Pool.QueryRow(ctx, `SELECT generation, labels, taints, cordoned, drain_state FROM nodes WHERE id = $1`,
 		c.a.nodeID).Scan(&f.Generation, &labels, &taints, &f.Spec.Cordoned, &f.Spec.Drain)
@@ -45,7 +31,6 @@ func (c *sessionConn) sendSpec(ctx context.Context) error {
 	if err := json.Unmarshal(taints, &f.Spec.Taints); err != nil {
 		return err
 	}
-	f.Type = "spec"
 	if err := c.send(f); err != nil {
 		return err
 	}

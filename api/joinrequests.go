@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -87,7 +88,7 @@ func (s *Server) joinRequestsApprove(ctx context.Context, c *Call, tx store.Tx) 
 	if err := store.JoinRequestPendingCheck(r); err != nil {
 		return nil, err
 	}
-	cand, err := checkJoin(AgentJoinInput{Token: "-", Name: r.Name, Inventory: r.Inventory, CSR: r.CSR})
+	cand, err := checkJoin(protocol.JoinRequest{Token: "-", Name: r.Name, Inventory: r.Inventory, CSR: r.CSR})
 	if err != nil {
 		return nil, err
 	}

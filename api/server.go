@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/client"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
@@ -148,10 +149,10 @@ func New(deps Deps) (*Server, error) {
 	})
 	e.POST("/api/compute/:group/:method", s.handleCall)
 	e.GET("/healthz", s.handleHealth)
-	e.POST(AgentJoinPath, s.handleAgentJoin)
-	e.POST(AgentJoinStatusPath, s.handleAgentJoinStatus)
-	e.POST(AgentSiteRegisterPath, agentJSON(s.SiteRegister))
-	e.POST(AgentSiteRenewPath, agentJSON(s.SiteRenew))
+	e.POST(protocol.JoinPath, s.handleAgentJoin)
+	e.POST(protocol.JoinStatusPath, s.handleAgentJoinStatus)
+	e.POST(protocol.SiteRegisterPath, agentJSON(s.SiteRegister))
+	e.POST(protocol.SiteRenewPath, agentJSON(s.SiteRenew))
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if deps.IAMAdmin != nil {
 		e.Any("/api/iam/*method", gin.WrapH(deps.IAMAdmin))

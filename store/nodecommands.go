@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 )
 
@@ -25,28 +26,28 @@ import (
 // the payload is the node id.
 const NodeCommandsChannel = "node_commands"
 
-// Node command kinds.
+// Node command kinds: the protocol's, as the column holds them.
 const (
-	CommandExec             = "exec"
-	CommandCDIExpose        = "cdi.expose"
-	CommandCDIWithdraw      = "cdi.withdraw"
-	CommandInventoryRefresh = "inventory.refresh"
-	CommandReboot           = "reboot"
+	CommandExec             = string(protocol.CommandExec)
+	CommandCDIExpose        = string(protocol.CommandCDIExpose)
+	CommandCDIWithdraw      = string(protocol.CommandCDIWithdraw)
+	CommandInventoryRefresh = string(protocol.CommandInventoryRefresh)
+	CommandReboot           = string(protocol.CommandReboot)
 )
 
 // CommandKinds are every kind, as the table's CHECK lists them.
 var CommandKinds = []string{CommandExec, CommandCDIExpose, CommandCDIWithdraw, CommandInventoryRefresh, CommandReboot}
 
-// Node command states.
+// Node command states: the protocol's, as the column holds them.
 const (
-	CommandQueued    = "queued"
-	CommandDelivered = "delivered"
-	CommandRunning   = "running"
-	CommandSucceeded = "succeeded"
-	CommandFailed    = "failed"
-	CommandSkipped   = "skipped"
-	CommandCancelled = "cancelled"
-	CommandExpired   = "expired"
+	CommandQueued    = string(protocol.CommandQueued)
+	CommandDelivered = string(protocol.CommandDelivered)
+	CommandRunning   = string(protocol.CommandRunning)
+	CommandSucceeded = string(protocol.CommandSucceeded)
+	CommandFailed    = string(protocol.CommandFailed)
+	CommandSkipped   = string(protocol.CommandSkipped)
+	CommandCancelled = string(protocol.CommandCancelled)
+	CommandExpired   = string(protocol.CommandExpired)
 )
 
 // CommandStates are every state, as the table's CHECK lists them.

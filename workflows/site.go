@@ -1,9 +1,12 @@
 package workflows
 
 import (
+	"context"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -60,4 +63,11 @@ func SiteHealthWorkflow(ctx workflow.Context, in SiteHealthInput) (SiteHealth, e
 	var h SiteHealth
 	err := workflow.ExecuteActivity(ctx, ActivitySiteHealth, in.SiteID).Get(ctx, &h)
 	return h, err
+}
+
+// RegisterSiteAgent registers what `bcd site` serves on a site's queue:
+// health, the SiteHealth activity of one lease term. It takes no store, so
+// the site agent links none.
+func RegisterSiteAgent(r worker.ActivityRegistry, health func(ctx context.Context, siteID string) (SiteHealth, error)) {
+	r.RegisterActivityWithOptions(health, activity.RegisterOptions{Name: ActivitySiteHealth})
 }

@@ -21,22 +21,24 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/better-compute/better-compute/agent/protocol"
 )
 
 // Command kinds.
 const (
-	KindExec             = "exec"
-	KindCDIExpose        = "cdi.expose"
-	KindCDIWithdraw      = "cdi.withdraw"
-	KindInventoryRefresh = "inventory.refresh"
-	KindReboot           = "reboot"
+	KindExec             = string(protocol.CommandExec)
+	KindCDIExpose        = string(protocol.CommandCDIExpose)
+	KindCDIWithdraw      = string(protocol.CommandCDIWithdraw)
+	KindInventoryRefresh = string(protocol.CommandInventoryRefresh)
+	KindReboot           = string(protocol.CommandReboot)
 )
 
 // Result states.
 const (
-	Succeeded = "succeeded"
-	Failed    = "failed"
-	Skipped   = "skipped"
+	Succeeded = string(protocol.CommandSucceeded)
+	Failed    = string(protocol.CommandFailed)
+	Skipped   = string(protocol.CommandSkipped)
 )
 
 // Skipped results' errors.

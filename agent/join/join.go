@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 )
@@ -44,8 +45,6 @@ const (
 	IdentityFile     = "identity.json" // {nodeId, agentEndpoint}; written last
 	pendingKeyFile   = "join.key"      // the key of a join in flight
 	pendingJoinFile  = "join-request.json"
-	joinPath         = "/agent/v1/join"
-	joinStatusPath   = "/agent/v1/join/status"
 	defaultPoll      = 5 * time.Second
 	maxResponseBytes = 1 << 20
 )
@@ -103,12 +102,7 @@ type pendingDoc struct {
 }
 
 // joinResult is the API's 200 answer.
-type joinResult struct {
-	NodeID        string `json:"nodeId"`
-	Certificate   string `json:"certificate"`
-	CACertificate string `json:"caCertificate"`
-	AgentEndpoint string `json:"agentEndpoint"`
-}
+type joinResult = protocol.JoinResult
 
 // ErrNoIdentity is LoadIdentity's error when the state directory holds no
 // identity.
@@ -224,9 +218,9 @@ func send(ctx context.Context, o Options, base string) (*joinResult, *pendingDoc
 	if err != nil {
 		return nil, nil, err
 	}
-	body := map[string]any{"token": o.Token, "name": name, "inventory": json.RawMessage(inv),
-		"csr": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}
-	status, raw, err := post(ctx, o.HTTPClient, base+joinPath, body)
+	body := protocol.JoinRequest{Token: o.Token, Name: name, Inventory: inv,
+		CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}
+	status, raw, err := post(ctx, o.HTTPClient, base+protocol.JoinPath, body)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -255,7 +249,8 @@ func send(ctx context.Context, o Options, base string) (*joinResult, *pendingDoc
 // rejected or expired request is forgotten, so the next join starts over.
 func poll(ctx context.Context, o Options, base string, p pendingDoc) (*joinResult, error) {
 	for {
-		status, raw, err := post(ctx, o.HTTPClient, base+joinStatusPath, p)
+		status, raw, err := post(ctx, o.HTTPClient, base+protocol.JoinStatusPath,
+			protocol.JoinStatusRequest{JoinRequestID: p.JoinRequestID, RequestSecret: p.RequestSecret})
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, err

@@ -20,14 +20,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/nodespec"
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core/inventory"
 )
 
 // Path is the session endpoint, under the identity's agent endpoint.
-const Path = "/agent/v1/session"
+const Path = protocol.SessionPath
 
 // Defaults of Options.
 const (
@@ -38,7 +41,6 @@ const (
 	DefaultMaxBackoff     = time.Minute
 	// defaultHeartbeat applies when welcome names no period.
 	defaultHeartbeat = 10 * time.Second
-	maxFrame         = 16 << 20
 )
 
 // Options configures Run.
@@ -85,62 +87,22 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("session refused: HTTP %d: %s", e.Code, strings.TrimSpace(e.Body))
 }
 
-// Frames. Agent → server.
-type helloFrame struct {
-	Type               string `json:"type"`
-	AgentVersion       string `json:"agentVersion"`
-	LastExecutedSeq    int64  `json:"lastExecutedSeq"`
-	ObservedGeneration int64  `json:"observedGeneration"`
-	InventoryDigest    string `json:"inventoryDigest"`
-	Clock              int64  `json:"clock"`
+// inventoryFrame is an inventory frame carrying inv.
+func inventoryFrame(inv *inventory.NodeInventory) (protocol.Inventory, error) {
+	doc, err := json.Marshal(inv)
+	if err != nil {
+		return protocol.Inventory{}, fmt.Errorf("inventory frame: %w", err)
+	}
+	return protocol.Inventory{Type: protocol.FrameInventory, Document: doc}, nil
 }
 
-type heartbeatFrame struct {
-	Type  string `json:"type"`
-	Clock int64  `json:"clock"`
-}
-
-type inventoryFrame struct {
-	Type     string                   `json:"type"`
-	Document *inventory.NodeInventory `json:"document"`
-}
-
-type resultFrame struct {
-	Type      string `json:"type"`
-	Seq       int64  `json:"seq"`
-	State     string `json:"state"`
-	ExitCode  *int   `json:"exitCode,omitempty"`
-	Stdout    string `json:"stdout"`
-	Stderr    string `json:"stderr"`
-	Error     string `json:"error"`
-	Truncated bool   `json:"truncated"`
-}
-
-// serverFrame is every frame the server sends; Type says which fields count.
-type serverFrame struct {
-	Type string `json:"type"`
-	// welcome
-	NodeID           string `json:"nodeId"`
-	Epoch            int64  `json:"epoch"`
-	HeartbeatSeconds int    `json:"heartbeatSeconds"`
-	LeaseSeconds     int    `json:"leaseSeconds"`
-	InventoryDigest  string `json:"inventoryDigest"`
-	// command, cancel
-	Seq           int64           `json:"seq"`
-	ID            string          `json:"id"`
-	Kind          string          `json:"kind"`
-	Args          json.RawMessage `json:"args"`
-	NotBefore     int64           `json:"notBefore"`
-	NotAfter      int64           `json:"notAfter"`
-	MinGeneration int64           `json:"minGeneration"`
-	// spec
-	Generation int64         `json:"generation"`
-	Spec       nodespec.Spec `json:"spec"`
-}
-
-type observedFrame struct {
-	Type       string `json:"type"`
-	Generation int64  `json:"generation"`
+// sendInventory sends inv in an inventory frame.
+func (c *conn) sendInventory(inv *inventory.NodeInventory) error {
+	f, err := inventoryFrame(inv)
+	if err != nil {
+		return err
+	}
+	return c.send(f)
 }
 
 // Run holds the node's session until ctx ends (it then answers nil),
@@ -188,30 +150,32 @@ func Run(ctx context.Context, o Options) error {
 		r.execute(ctx)
 	}()
 	defer func() { <-execDone }()
-	backoff := o.MinBackoff
+	// Waits double from MinBackoff up to MaxBackoff, each drawn from
+	// [cap/2, cap]: the library's ±1/3 around three quarters of the cap.
+	retry := &backoff.ExponentialBackOff{InitialInterval: o.MinBackoff * 3 / 4, RandomizationFactor: 1.0 / 3,
+		Multiplier: 2, MaxInterval: o.MaxBackoff * 3 / 4}
+	retry.Reset()
 	for {
 		welcomed, err := r.once(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if welcomed {
-			backoff = o.MinBackoff
+			retry.Reset()
 		}
+		wait := retry.NextBackOff()
 		var se *StatusError
 		switch {
 		case errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden):
 			r.log.Error("session refused: the node identity is revoked, expired or unknown; retrying", "error", err)
 		default:
-			r.log.Warn("session ended; reconnecting", "error", err, "in", backoff)
+			r.log.Warn("session ended; reconnecting", "error", err, "in", wait)
 		}
-		// Jitter: a wait in [backoff/2, backoff].
-		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, o.MaxBackoff)
 	}
 }
 
@@ -237,12 +201,12 @@ type runner struct {
 	cur *conn // the live session
 	// unsent are results no session took yet: sent after the next welcome
 	// (recording a result is idempotent on the server).
-	unsent []resultFrame
+	unsent []protocol.Result
 }
 
 // result sends a command's result on the live session, or keeps it for
 // the next.
-func (r *runner) result(f resultFrame) {
+func (r *runner) result(f protocol.Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cur != nil && len(r.unsent) == 0 {
@@ -283,7 +247,7 @@ func (r *runner) refreshInventory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.send(inventoryFrame{Type: "inventory", Document: inv})
+	return c.sendInventory(inv)
 }
 
 // conn is one session's stream.
@@ -368,19 +332,19 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := c.send(helloFrame{Type: "hello", AgentVersion: o.AgentVersion, LastExecutedSeq: lastExecuted,
+		if err := c.send(protocol.Hello{Type: protocol.FrameHello, AgentVersion: o.AgentVersion, LastExecutedSeq: lastExecuted,
 			ObservedGeneration: observed, InventoryDigest: digest, Clock: o.Now().UnixMilli()}); err != nil {
 			cancel(fmt.Errorf("send hello: %w", err))
 		}
 	}()
 
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 4<<10), maxFrame) // grows for a large frame
-	var welcome serverFrame
+	sc.Buffer(make([]byte, 4<<10), protocol.MaxFrame) // grows for a large frame
+	var welcome protocol.Welcome
 	if !sc.Scan() {
 		return false, fmt.Errorf("no welcome: %w", scanErr(sc))
 	}
-	if err := json.Unmarshal(sc.Bytes(), &welcome); err != nil || welcome.Type != "welcome" {
+	if err := json.Unmarshal(sc.Bytes(), &welcome); err != nil || welcome.Type != protocol.FrameWelcome {
 		return false, fmt.Errorf("the first frame is not welcome: %q", sc.Text())
 	}
 	r.log.Info("session started", "epoch", welcome.Epoch)
@@ -418,7 +382,7 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 			case <-sessCtx.Done():
 				return
 			case <-t.C:
-				if err := c.send(heartbeatFrame{Type: "heartbeat", Clock: o.Now().UnixMilli()}); err != nil {
+				if err := c.send(protocol.Heartbeat{Type: protocol.FrameHeartbeat, Clock: o.Now().UnixMilli()}); err != nil {
 					cancel(fmt.Errorf("send heartbeat: %w", err))
 					return
 				}
@@ -434,7 +398,7 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 			defer wg.Done()
 			sent := welcome.InventoryDigest
 			if inv != nil && digest != sent {
-				if err := c.send(inventoryFrame{Type: "inventory", Document: inv}); err != nil {
+				if err := c.sendInventory(inv); err != nil {
 					cancel(fmt.Errorf("send inventory: %w", err))
 					return
 				}
@@ -457,7 +421,7 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 				if err != nil || h.Digest == sent {
 					continue
 				}
-				if err := c.send(inventoryFrame{Type: "inventory", Document: now}); err != nil {
+				if err := c.sendInventory(now); err != nil {
 					cancel(fmt.Errorf("send inventory: %w", err))
 					return
 				}
@@ -467,18 +431,18 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 	}
 
 	for sc.Scan() {
-		var f serverFrame
-		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+		frame, err := protocol.DecodeServerFrame(sc.Bytes())
+		if err != nil {
 			cancel(fmt.Errorf("bad frame: %w", err))
 			break
 		}
-		switch f.Type {
-		case "command":
-			r.q.push(commands.Command{Seq: f.Seq, ID: f.ID, Kind: f.Kind, Args: f.Args, NotBefore: f.NotBefore,
+		switch f := frame.(type) {
+		case protocol.Command:
+			r.q.push(commands.Command{Seq: f.Seq, ID: f.ID, Kind: string(f.Kind), Args: f.Args, NotBefore: f.NotBefore,
 				NotAfter: f.NotAfter, MinGeneration: f.MinGeneration})
-		case "cancel":
+		case protocol.Cancel:
 			r.q.cancel(f.Seq)
-		case "spec":
+		case protocol.Spec:
 			if o.NodeSpec == nil {
 				continue
 			}
@@ -490,12 +454,14 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := c.send(observedFrame{Type: "observed", Generation: g}); err != nil {
+				if err := c.send(protocol.Observed{Type: protocol.FrameObserved, Generation: g}); err != nil {
 					cancel(fmt.Errorf("send observed: %w", err))
 				}
 			}()
-		default:
+		case protocol.Header:
 			r.log.Warn("session: unknown frame", "type", f.Type)
+		default:
+			r.log.Warn("session: unexpected frame", "frame", fmt.Sprintf("%T", f))
 		}
 	}
 	err = scanErr(sc)
@@ -524,9 +490,9 @@ func (r *runner) execute(ctx context.Context) {
 		var res commands.Result
 		switch {
 		case cancelled:
-			res = commands.Result{Seq: cmd.Seq, State: "skipped", Error: "cancelled before it ran"}
+			res = commands.Result{Seq: cmd.Seq, State: commands.Skipped, Error: "cancelled before it ran"}
 		case r.o.Executor == nil:
-			res = commands.Result{Seq: cmd.Seq, State: "failed", Error: "this agent runs no commands"}
+			res = commands.Result{Seq: cmd.Seq, State: commands.Failed, Error: "this agent runs no commands"}
 		default:
 			// A cancel frame for the running command stops it (exec's
 			// process group is killed).
@@ -535,11 +501,11 @@ func (r *runner) execute(ctx context.Context) {
 			res = r.o.Executor.Run(cmdCtx, cmd)
 			r.q.running(0, nil)
 			if cmdCtx.Err() != nil && ctx.Err() == nil {
-				res.State, res.Error = "failed", "cancelled while it ran"
+				res.State, res.Error = commands.Failed, "cancelled while it ran"
 			}
 			stop()
 		}
-		r.result(resultFrame{Type: "result", Seq: cmd.Seq, State: res.State, ExitCode: res.ExitCode,
+		r.result(protocol.Result{Type: protocol.FrameResult, Seq: cmd.Seq, State: protocol.CommandState(res.State), ExitCode: res.ExitCode,
 			Stdout: res.Stdout, Stderr: res.Stderr, Error: res.Error, Truncated: res.Truncated})
 	}
 }

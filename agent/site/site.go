@@ -22,26 +22,26 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"go.temporal.io/sdk/activity"
+	"github.com/cenkalti/backoff/v5"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
-	"github.com/better-compute/better-compute/workers"
+	"github.com/better-compute/better-compute/workers/temporalclient"
 	"github.com/better-compute/better-compute/workflows"
 )
 
-// Paths of the site agent's endpoints (api.AgentSiteRegisterPath, …).
+// Paths of the site agent's endpoints.
 const (
-	RegisterPath = "/agent/v1/site/register"
-	RenewPath    = "/agent/v1/site/renew"
+	RegisterPath = protocol.SiteRegisterPath
+	RenewPath    = protocol.SiteRenewPath
 )
 
 // ActivityHealth is the name of the health activity the agent serves.
@@ -69,8 +69,8 @@ type Options struct {
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Dial connects to Temporal; default workers.Dial.
-	Dial func(context.Context, workers.TemporalConfig) (client.Client, error)
+	// Dial connects to Temporal; default temporalclient.Dial.
+	Dial func(context.Context, temporalclient.Config) (client.Client, error)
 	// RetryMin and RetryMax bound the backoff between attempts to take the
 	// lease (defaults DefaultRetryMin, DefaultRetryMax).
 	RetryMin, RetryMax time.Duration
@@ -87,21 +87,8 @@ type State struct {
 	Epoch   int64
 }
 
-// registration is the API's answer (api.AgentSiteResult).
-type registration struct {
-	SiteID    string `json:"siteId"`
-	TaskQueue string `json:"taskQueue"`
-	Temporal  struct {
-		Address   string `json:"address"`
-		Namespace string `json:"namespace"`
-	} `json:"temporal"`
-	Lease struct {
-		Name      string `json:"name"`
-		Epoch     int64  `json:"epoch"`
-		ExpiresAt int64  `json:"expiresAt"`
-		TTLMs     int64  `json:"ttlMs"`
-	} `json:"lease"`
-}
+// registration is the API's answer.
+type registration protocol.SiteResult
 
 func (r registration) ttl() time.Duration { return time.Duration(r.Lease.TTLMs) * time.Millisecond }
 
@@ -129,8 +116,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Dial == nil {
 		logger := o.Logger
-		o.Dial = func(ctx context.Context, cfg workers.TemporalConfig) (client.Client, error) {
-			return workers.Dial(ctx, cfg, logger)
+		o.Dial = func(ctx context.Context, cfg temporalclient.Config) (client.Client, error) {
+			return temporalclient.Dial(ctx, cfg, logger)
 		}
 	}
 	if o.RetryMin <= 0 {
@@ -145,19 +132,21 @@ func Run(ctx context.Context, o Options) error {
 
 func (a *agent) run(ctx context.Context) error {
 	var (
-		tc      client.Client
-		dialed  workers.TemporalConfig
-		backoff = a.o.RetryMin
+		tc     client.Client
+		dialed temporalclient.Config
+		// Waits double from RetryMin up to RetryMax, each drawn from
+		// [cap/2, cap]: the library's ±1/3 around three quarters of the cap.
+		retry = &backoff.ExponentialBackOff{InitialInterval: a.o.RetryMin * 3 / 4, RandomizationFactor: 1.0 / 3,
+			Multiplier: 2, MaxInterval: a.o.RetryMax * 3 / 4}
 	)
+	retry.Reset()
 	defer func() {
 		if tc != nil {
 			tc.Close()
 		}
 	}()
 	wait := func() bool {
-		d := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, a.o.RetryMax)
-		t := time.NewTimer(d)
+		t := time.NewTimer(retry.NextBackOff())
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
@@ -169,7 +158,7 @@ func (a *agent) run(ctx context.Context) error {
 	for {
 		sent := time.Now()
 		var reg registration
-		err := a.post(ctx, RegisterPath, map[string]any{"token": a.o.Token, "holder": a.o.Holder}, &reg)
+		err := a.post(ctx, RegisterPath, protocol.SiteRegisterRequest{Token: a.o.Token, Holder: a.o.Holder}, &reg)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -190,7 +179,7 @@ func (a *agent) run(ctx context.Context) error {
 		if reg.SiteID == "" || reg.TaskQueue == "" || reg.Lease.Epoch < 1 || reg.ttl() <= 0 {
 			return errors.New("site: the API's registration answer is incomplete")
 		}
-		cfg := workers.TemporalConfig{Address: reg.Temporal.Address, Namespace: reg.Temporal.Namespace}
+		cfg := temporalclient.Config{Address: reg.Temporal.Address, Namespace: reg.Temporal.Namespace}
 		if tc != nil && cfg != dialed {
 			tc.Close()
 			tc = nil
@@ -206,7 +195,7 @@ func (a *agent) run(ctx context.Context) error {
 			}
 			dialed = cfg
 		}
-		backoff = a.o.RetryMin
+		retry.Reset()
 		a.log.Info("took the site lease; serving", "site", reg.SiteID, "taskQueue", reg.TaskQueue, "epoch", reg.Lease.Epoch)
 		err = a.serve(ctx, tc, reg, sent.Add(reg.ttl()))
 		switch {
@@ -243,7 +232,7 @@ func (a *agent) serve(ctx context.Context, tc client.Client, reg registration, d
 	h := &health{siteID: reg.SiteID, holder: a.o.Holder, epoch: reg.Lease.Epoch}
 	h.valid.Store(true)
 	w := worker.New(tc, reg.TaskQueue, worker.Options{Identity: a.o.Holder + "@" + reg.TaskQueue})
-	w.RegisterActivityWithOptions(h.SiteHealth, activity.RegisterOptions{Name: ActivityHealth})
+	workflows.RegisterSiteAgent(w, h.SiteHealth)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("site: start the worker: %w", err)
 	}
@@ -274,7 +263,8 @@ func (a *agent) serve(ctx context.Context, tc client.Client, reg registration, d
 		sent := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		var got registration
-		err := a.post(rctx, RenewPath, map[string]any{"token": a.o.Token, "holder": a.o.Holder, "epoch": reg.Lease.Epoch}, &got)
+		err := a.post(rctx, RenewPath, protocol.SiteRenewRequest{Token: a.o.Token, Holder: a.o.Holder, Epoch: reg.Lease.Epoch},
+			&got)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
