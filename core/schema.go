@@ -156,6 +156,10 @@ func SchemaFor(t reflect.Type) (*Schema, error) {
 	return compileSchema(doc, order)
 }
 
+// Enumerated is a string type whose values are a closed set: a field of it
+// takes those values only, so the set is written once, next to its type.
+type Enumerated interface{ Enum() []string }
+
 // applyTags adds what our tags say to the reflected schema of t, walking
 // nested structs, slices, maps and pointers, and turns invopop's nullable
 // oneOf into a type list so a wrong value reports its own reason.
@@ -168,10 +172,11 @@ func applyTags(t reflect.Type, s *jsonschema.Schema) error {
 	}
 	switch t.Kind() {
 	case reflect.Slice, reflect.Array:
-		if t.Elem().Kind() != reflect.Uint8 {
-			return applyTags(t.Elem(), s.Items)
+		if t.Elem().Kind() == reflect.Uint8 {
+			return nil
 		}
-		return nil
+		enumerate(t.Elem(), s.Items)
+		return applyTags(t.Elem(), s.Items)
 	case reflect.Map:
 		return applyTags(t.Elem(), s.AdditionalProperties)
 	case reflect.Struct:
@@ -221,6 +226,7 @@ func applyTags(t reflect.Type, s *jsonschema.Schema) error {
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
+		enumerate(ft, p)
 		if k := ft.Kind(); k >= reflect.Int && k <= reflect.Uint64 && p.Minimum == "" && p.Maximum == "" {
 			p.Minimum, p.Maximum = json.Number(strconv.Itoa(-maxSafeInteger)), json.Number(strconv.Itoa(maxSafeInteger))
 		}
@@ -229,6 +235,19 @@ func applyTags(t reflect.Type, s *jsonschema.Schema) error {
 		}
 	}
 	return nil
+}
+
+// enumerate gives a schema of an Enumerated type its values, unless a tag
+// already named them.
+func enumerate(t reflect.Type, s *jsonschema.Schema) {
+	if s == nil || len(s.Enum) > 0 {
+		return
+	}
+	if e, ok := reflect.Zero(t).Interface().(Enumerated); ok {
+		for _, v := range e.Enum() {
+			s.Enum = append(s.Enum, v)
+		}
+	}
 }
 
 // idGrammar is the pattern and length of an id of this prefix ("tenant":

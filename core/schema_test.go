@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -113,6 +114,32 @@ func TestNewSchemaRejectsDefects(t *testing.T) {
 	} {
 		if _, err := NewSchema(fields...); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+type color string
+
+func (color) Enum() []string { return []string{"red", "green"} }
+
+// A field of an Enumerated type takes its values only, alone or in a list.
+func TestEnumeratedTypes(t *testing.T) {
+	s, err := SchemaFor(reflect.TypeFor[struct {
+		One  color   `json:"one,omitempty"`
+		Many []color `json:"many,omitempty"`
+	}]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, reason := range map[string]string{`{"one":"red","many":["green"]}`: "", `{"one":"blue"}`: "enum", `{"many":["red","blue"]}`: "enum"} {
+		err := s.Validate(json.RawMessage(in))
+		if got := ""; err != nil {
+			got, _ = err.Details["reason"].(string)
+			if got != reason {
+				t.Errorf("%s: reason %q, want %q", in, got, reason)
+			}
+		} else if reason != "" {
+			t.Errorf("%s: valid, want %s", in, reason)
 		}
 	}
 }
