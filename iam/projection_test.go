@@ -10,6 +10,7 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/internal/testenv"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -710,12 +711,15 @@ func TestProjectionRunWakesOnNotify(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "the load", func() bool { return f.p.Loaded() })
+	testutil.Eventually(t, 20*time.Second, "the load", f.p.Loaded)
 	// The listener may not be listening yet; keep writing until a change
 	// arrives (each write notifies).
 	for i := 0; ; i++ {
 		put(t, f.s, reservation(fmt.Sprintf("rsv_%d", i), tenantA, 1))
-		if waitUntil(2*time.Second, func() bool { return f.p.Stats().Applied > 0 }) {
+		wait, stop := context.WithTimeout(ctx, 2*time.Second)
+		arrived := testutil.Until(wait, func() bool { return f.p.Stats().Applied > 0 })
+		stop()
+		if arrived {
 			break
 		}
 		if i == 10 {
@@ -724,24 +728,6 @@ func TestProjectionRunWakesOnNotify(t *testing.T) {
 	}
 	if st := f.p.Stats(); st.Misses != 0 {
 		t.Fatalf("Stats = %+v", st)
-	}
-}
-
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return cond()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if !waitUntil(20*time.Second, cond) {
-		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
