@@ -21,7 +21,8 @@ const Interval = 20 * time.Millisecond
 
 // Eventually checks cond every Interval until it is true, and fails t if it
 // is still false after timeout; what names the awaited effect in the
-// failure ("the row to reach the replica").
+// failure ("the row to reach the replica"). cond runs on the caller's
+// goroutine, so it may call t.Fatal itself.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -63,20 +64,5 @@ func Until(ctx context.Context, cond func() bool) bool {
 				return true
 			}
 		}
-	}
-}
-
-// Wait lets d of wall-clock time pass, or less if ctx ends first, and
-// answers whether all of d passed. It is for the rare test whose subject is
-// time itself passing on a clock it cannot inject (a certificate's notAfter
-// checked by another process); anything else polls for its effect.
-func Wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

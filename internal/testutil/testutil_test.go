@@ -81,14 +81,3 @@ func TestUntilStopsWithTheContext(t *testing.T) {
 		t.Fatal("Until did not check a true condition before looking at ctx")
 	}
 }
-
-func TestWaitStopsWithTheContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if Wait(ctx, time.Hour) {
-		t.Fatal("Wait of an hour on a cancelled context answered true")
-	}
-	if !Wait(context.Background(), Interval) {
-		t.Fatal("Wait did not let the time pass")
-	}
-}
