@@ -25,9 +25,11 @@ run: build
 test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+# gofmt, vet, and the direction of imports (tools/importcheck holds the rules).
 lint:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./tools/importcheck
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...

@@ -25,6 +25,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/internal/nodeca"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -277,19 +278,17 @@ func TestAgentJoinApproval(t *testing.T) {
 		done <- result{id, err}
 	}()
 	var req api.JoinRequest
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.Eventually(t, 30*time.Second, "a pending join request", func() bool {
 		list, err := c.JoinRequestsList(ctx, "acme", p.ID, "pending")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Items) == 1 {
-			req = list.Items[0]
-			break
+		if len(list.Items) != 1 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no pending join request")
-		}
-	}
+		req = list.Items[0]
+		return true
+	})
 	if !core.ValidID("jreq", req.ID) || req.Name != "gated-1" || req.HardwareKey == "" || req.NodeID != "" {
 		t.Fatalf("request = %+v", req)
 	}

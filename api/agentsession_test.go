@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/nodeca"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -147,20 +149,17 @@ func (ae *agentEnv) state() agentNodeState {
 	return s
 }
 
-// eventually polls cond until it holds or 20 s pass.
+// eventually waits up to 20 s for the node's state to satisfy cond.
 func (ae *agentEnv) eventually(what string, cond func(agentNodeState) bool) agentNodeState {
 	ae.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s := ae.state()
-		if cond(s) {
-			return s
+	var s agentNodeState
+	testutil.EventuallyNil(ae.t, 20*time.Second, func() error {
+		if s = ae.state(); !cond(s) {
+			return fmt.Errorf("%s: not reached; node is %+v", what, s)
 		}
-		if time.Now().After(deadline) {
-			ae.t.Fatalf("%s: not reached; node is %+v", what, s)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return s
 }
 
 // run starts the agent's session loop; the returned stop ends it and waits.
@@ -199,13 +198,9 @@ func TestAgentSessionLiveness(t *testing.T) {
 		t.Fatalf("after hello: %+v", s)
 	}
 	// The inventory the server lacked is sent and ingested.
-	deadline := time.Now().Add(20 * time.Second)
-	for ae.count(`SELECT count(*) FROM node_inventories WHERE node_id = $1`, ae.node.ID) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the inventory was not ingested")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, "the inventory to be ingested", func() bool {
+		return ae.count(`SELECT count(*) FROM node_inventories WHERE node_id = $1`, ae.node.ID) == 1
+	})
 	// Heartbeats renew the lease.
 	leaseOf := func() time.Time {
 		var at time.Time
@@ -216,12 +211,7 @@ func TestAgentSessionLiveness(t *testing.T) {
 		return at
 	}
 	first := leaseOf()
-	for !leaseOf().After(first) {
-		if time.Now().After(deadline) {
-			t.Fatal("no heartbeat renewed the lease")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, "a heartbeat to renew the lease", func() bool { return leaseOf().After(first) })
 	// A sweep leaves a node with a live lease alone.
 	if n, err := ae.server.SweepLiveness(context.Background()); err != nil || n != 0 {
 		t.Fatalf("sweep of a live node: %d, %v", n, err)
@@ -480,13 +470,9 @@ func TestAgentSessionCommands(t *testing.T) {
 	}
 	zero := 0
 	rs.send(map[string]any{"type": "result", "seq": c1.Seq, "state": "succeeded", "exitCode": zero})
-	deadline := time.Now().Add(20 * time.Second)
-	for commandState(c1.Seq) != store.CommandSucceeded {
-		if time.Now().After(deadline) {
-			t.Fatalf("command 1 stays %s", commandState(c1.Seq))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, "command 1 to succeed", func() bool {
+		return commandState(c1.Seq) == store.CommandSucceeded
+	})
 	// A reconnect after seq 1 gets seq 2 again, not 1.
 	rs.close()
 	rs, _ = ae.open(ae.identity)
@@ -539,17 +525,14 @@ func TestAgentSessionRunsCommands(t *testing.T) {
 		return o
 	}
 	waitFor := func(seq int64, state string) outcome {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			o := result(seq)
-			if o.state == state {
-				return o
+		var o outcome
+		testutil.EventuallyNil(t, 20*time.Second, func() error {
+			if o = result(seq); o.state != state {
+				return fmt.Errorf("command %d is %+v, want %s", seq, o, state)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("command %d is %+v, want %s", seq, o, state)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return o
 	}
 	run := func() func() {
 		return ae.run(session.Options{StateDir: stateDir, AgentVersion: "bcd/test",

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -45,19 +47,16 @@ func TestAgentSessionNodeSpec(t *testing.T) {
 	// A generation the node never had is ignored; the one sent is taken.
 	rs.send(map[string]any{"type": "observed", "generation": gen + 5})
 	rs.send(map[string]any{"type": "observed", "generation": gen})
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	testutil.EventuallyNil(t, 20*time.Second, func() error {
 		got, err := c.NodesGet(ctx, "acme", n.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.ObservedGeneration == int64(gen) {
-			break
+		if got.ObservedGeneration != int64(gen) {
+			return fmt.Errorf("observedGeneration %d, want %v", got.ObservedGeneration, gen)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("observedGeneration %d, want %v", got.ObservedGeneration, gen)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	// Cordoning moves the generation: the next heartbeat brings the new spec.
 	if _, err := c.NodesCordon(ctx, "acme", n.ID); err != nil {
 		t.Fatal(err)
@@ -89,14 +88,10 @@ func TestAgentSessionResendsAChangedInventory(t *testing.T) {
 	snapshots := func() int {
 		return ae.count(`SELECT count(*) FROM node_inventories WHERE node_id = $1`, ae.node.ID)
 	}
-	for deadline := time.Now().Add(20 * time.Second); snapshots() < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d inventory snapshots, want the first and the changed one", snapshots())
-		}
-	}
+	testutil.Eventually(t, 20*time.Second, "the first and the changed inventory snapshots", func() bool { return snapshots() >= 2 })
 	// Many more collections, no more snapshots.
-	for n := calls.Load(); calls.Load() < n+5; time.Sleep(20 * time.Millisecond) {
-	}
+	n := calls.Load()
+	testutil.Eventually(t, 20*time.Second, "five more collections", func() bool { return calls.Load() >= n+5 })
 	if got := snapshots(); got != 2 {
 		t.Fatalf("%d inventory snapshots, want 2", got)
 	}
@@ -111,8 +106,12 @@ func TestAgentSessionOutlivesItsLastServerFrame(t *testing.T) {
 	rs, _ := ae.open(ae.identity)
 	rs.send(hello(time.Now()))
 	rs.next("welcome")
-	for range 12 { // three leases of heartbeats, no server frame
-		time.Sleep(250 * time.Millisecond)
+	// Three leases of heartbeats, no server frame: the time passing is the
+	// point, on the HTTP/2 write deadline's own (wall) clock.
+	beat := time.NewTicker(250 * time.Millisecond)
+	defer beat.Stop()
+	for range 12 {
+		<-beat.C
 		rs.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
 	}
 	select {
@@ -143,27 +142,21 @@ func TestAgentSessionCancelsARunningCommand(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(marker); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command never started")
-		}
-	}
+	testutil.Eventually(t, 20*time.Second, "the command to start", func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	})
 	if _, err := ae.client(ae.boot.UserToken).CommandsCancel(ctx, "acme", ae.node.ID, c.ID); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.EventuallyNil(t, 20*time.Second, func() error {
 		got, err := ae.client(ae.boot.UserToken).CommandsGet(ctx, "acme", ae.node.ID, c.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State == "cancelled" && strings.Contains(got.Error, "cancelled while it ran") {
-			return
+		if got.State != "cancelled" || !strings.Contains(got.Error, "cancelled while it ran") {
+			return fmt.Errorf("command %+v, want cancelled with the agent's result", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("command %+v, want cancelled with the agent's result", got)
-		}
-	}
+		return nil
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/internal/testenv"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -124,17 +125,11 @@ func TestRemoteSourceIPCannotBeSpoofed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Reads decide on the replica's copy (no refresh): wait, bounded, for it.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testutil.Eventually(t, time.Minute, "the project to reach the replica", func() bool {
 		var n int
-		if err := replica.Pool.QueryRow(ctx, `SELECT count(*) FROM authz_resources WHERE id = $1`, p.ID).Scan(&n); err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the project never reached the replica")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		err := replica.Pool.QueryRow(ctx, `SELECT count(*) FROM authz_resources WHERE id = $1`, p.ID).Scan(&n)
+		return err == nil && n == 1
+	})
 	policy := `permit (principal, action == Action::"compute:projects:read", resource is Resource)
 when { context has sourceIp && context.sourceIp.isInRange(ip("10.0.0.0/8")) };`
 	if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: "office-only", Cedar: policy}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/iam/policies"
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 // reservationsT0 starts windows far in the future, free of every booking.
@@ -60,15 +61,14 @@ func (e *env) count(sql string, args ...any) int {
 // is its own transaction, after the answer).
 func (e *env) eventuallyState(id, want string) {
 	e.t.Helper()
-	var got string
-	for i := 0; i < 100; i++ {
+	testutil.EventuallyNil(e.t, 5*time.Second, func() error {
+		var got string
 		_ = e.store.Pool.QueryRow(context.Background(), `SELECT state FROM reservations WHERE id = $1`, id).Scan(&got)
-		if got == want {
-			return
+		if got != want {
+			return fmt.Errorf("reservation %s is %q, want %q", id, got, want)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	e.t.Fatalf("reservation %s is %q, want %q", id, got, want)
+		return nil
+	})
 }
 
 func TestReservationsCreateAndGet(t *testing.T) {

@@ -26,11 +26,6 @@ const (
 	MaxTypeNameLength = 64
 )
 
-// ImplicitAttributes are carried by every resolved resource besides its
-// declared ones (ownerId only when the row has an owner); they are not
-// declared and do not count against MaxTypeAttributes.
-func ImplicitAttributes() []string { return []string{"ownerId", "parentType", "parentId"} }
-
 // FleetID is the only id of the fleet scope type.
 const FleetID = "global"
 
@@ -139,18 +134,6 @@ func decodeFragment(data []byte) (Fragment, error) {
 		return Fragment{}, fmt.Errorf("catalog.json: %w", err)
 	}
 	return doc.Fragment, nil
-}
-
-// CoreFragment returns a copy of the core catalog as a fragment.
-func CoreFragment() Fragment {
-	out := Fragment{ResourceTypes: make(map[string]TypeFragment, len(coreFragment.ResourceTypes))}
-	for name, t := range coreFragment.ResourceTypes {
-		t.Relations = slices.Clone(t.Relations)
-		t.Attributes = maps.Clone(t.Attributes)
-		t.Actions = slices.Clone(t.Actions)
-		out.ResourceTypes[name] = t
-	}
-	return out
 }
 
 // NewCatalog merges the core catalog and the plugins' fragments. Any breach

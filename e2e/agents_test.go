@@ -19,6 +19,7 @@ import (
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 // bcdBinary builds cmd/bcd once per test binary.
@@ -121,7 +122,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 
 	// The join waits for an operator.
 	var req api.JoinRequest
-	eventually(ctx, t, "a pending join request", func() bool {
+	testutil.Eventually(t, agentWait, "a pending join request", func() bool {
 		l, err := admin.JoinRequestsList(ctx, root, pool.ID, "pending")
 		if err != nil {
 			t.Fatal(err)
@@ -152,7 +153,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 
 	// The session: connected, the NodeSpec observed, schedulable.
 	a.start("run")
-	eventually(ctx, t, "a connected, schedulable node", func() bool {
+	testutil.Eventually(t, agentWait, "a connected, schedulable node", func() bool {
 		n := node()
 		return n.Connectivity == "connected" && n.ObservedGeneration >= 1 && n.Schedulable
 	})
@@ -167,7 +168,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(ctx, t, "the first command's result", func() bool {
+	testutil.Eventually(t, agentWait, "the first command's result", func() bool {
 		c, err := admin.CommandsGet(ctx, root, nodeID, first.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -179,7 +180,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	// lost 2 s later.
 	a.kill()
 	var seen []string
-	eventually(ctx, t, "a lost node", func() bool {
+	testutil.Eventually(t, agentWait, "a lost node", func() bool {
 		c := node().Connectivity
 		if len(seen) == 0 || seen[len(seen)-1] != c {
 			seen = append(seen, c)
@@ -191,21 +192,25 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	}
 	// A command queued while the agent is down that expires before it is
 	// back is never run.
+	notAfter := time.Now().Add(1500 * time.Millisecond)
 	late, err := admin.CommandsRun(ctx, api.CommandsRunInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("late"),
-		NotAfter: time.Now().Add(1500 * time.Millisecond).UnixMilli()})
+		NotAfter: notAfter.UnixMilli()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // past notAfter: the point of this step, not a timing assertion
+	// Past notAfter before the agent is back: the point of this step.
+	testutil.Eventually(t, agentWait, "the late command's notAfter to pass", func() bool {
+		return time.Now().After(notAfter.Add(100 * time.Millisecond))
+	})
 
 	// Restart: connected again, nothing re-run, the late command expired.
 	a.start("run")
-	eventually(ctx, t, "the node back", func() bool { return node().Connectivity == "connected" })
+	testutil.Eventually(t, agentWait, "the node back", func() bool { return node().Connectivity == "connected" })
 	after, err := admin.CommandsRun(ctx, api.CommandsRunInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("after")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(ctx, t, "the command after the restart", func() bool {
+	testutil.Eventually(t, agentWait, "the command after the restart", func() bool {
 		c, err := admin.CommandsGet(ctx, root, nodeID, after.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -224,18 +229,10 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	if _, err := admin.NodesRevokeIdentity(ctx, root, nodeID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(ctx, t, "the revoked node disconnected", func() bool { return node().Connectivity != "connected" })
-	eventually(ctx, t, "the agent refused", func() bool { return strings.Contains(a.log.String(), "403") })
+	testutil.Eventually(t, agentWait, "the revoked node disconnected", func() bool { return node().Connectivity != "connected" })
+	testutil.Eventually(t, agentWait, "the agent refused", func() bool { return strings.Contains(a.log.String(), "403") })
 }
 
-// eventually polls cond until it holds or ctx ends.
-func eventually(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
+// agentWait bounds each wait for the agent or the server to get somewhere;
+// the slowest, a node lost 2 s after its lease, takes seconds.
+const agentWait = time.Minute

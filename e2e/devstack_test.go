@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 // startStack starts the dev stack with its agents (a bcd site and two
@@ -267,16 +269,15 @@ func TestDevStackOverHTTP(t *testing.T) {
 			t.Fatalf("the reservation's workflow: %v, %v", desc, err)
 		}
 		// The workflow marks it active (start is now); wait, bounded.
-		deadline := time.Now().Add(time.Minute)
-		for r.State != "active" {
-			if time.Now().After(deadline) {
-				t.Fatalf("the reservation never became active: %s", r.State)
-			}
-			time.Sleep(50 * time.Millisecond)
+		testutil.EventuallyNil(t, time.Minute, func() error {
 			if r, err = acme.ReservationsGet(ctx, "acme", r.ID); err != nil {
 				t.Fatal(err)
 			}
-		}
+			if r.State != "active" {
+				return fmt.Errorf("the reservation is %s, want active", r.State)
+			}
+			return nil
+		})
 	})
 
 	t.Run(".dev/env", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/freeport"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workflows"
 )
@@ -53,23 +55,6 @@ func newLifecycle(t *testing.T) *lifecycle {
 	return &lifecycle{stack: s, acme: api.NewClient(s.APIURL(), token), pool: s.Demo().PoolID, db: db}
 }
 
-// eventually polls check until it reports done, failing after lifecycleDeadline
-// with the last thing it said.
-func waitFor(t *testing.T, what string, check func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(lifecycleDeadline)
-	for {
-		done, last := check()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, lifecycleDeadline, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func (l *lifecycle) reserve(t *testing.T, key string, count int, start *int64, duration int64, lease *int64) api.Reservation {
 	t.Helper()
 	r, err := l.acme.ReservationsCreate(context.Background(), api.ReservationsCreateInput{TenantID: "acme", PoolID: l.pool,
@@ -85,13 +70,16 @@ func (l *lifecycle) reserve(t *testing.T, key string, count int, start *int64, d
 func (l *lifecycle) waitState(t *testing.T, id, state string) api.Reservation {
 	t.Helper()
 	var r api.Reservation
-	waitFor(t, id+" becomes "+state, func() (bool, string) {
+	testutil.EventuallyNil(t, lifecycleDeadline, func() error {
 		var err error
 		r, err = l.acme.ReservationsGet(context.Background(), "acme", id)
 		if err != nil {
 			t.Fatalf("reservations.get %s: %v", id, err)
 		}
-		return r.State == state, r.State
+		if r.State != state {
+			return fmt.Errorf("%s is %s, want %s", id, r.State, state)
+		}
+		return nil
 	})
 	return r
 }
@@ -157,7 +145,18 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 		first := *r.LeaseExpiresAt
 
-		renewed, err := l.acme.ReservationsRenew(ctx, "acme", r.ID)
+		// The activate activity marks the row active a moment before the
+		// workflow, whose update validators read its own state, learns it
+		// did; until then the workflow refuses a renew as INVALID_STATE.
+		var renewed api.Reservation
+		var err error
+		testutil.EventuallyNil(t, lifecycleDeadline, func() error {
+			renewed, err = l.acme.ReservationsRenew(ctx, "acme", r.ID)
+			if errCode(err) == core.CodeInvalidState && strings.Contains(err.Error(), "is placed, not active") {
+				return err
+			}
+			return nil
+		})
 		if err != nil || renewed.LeaseExpiresAt == nil || *renewed.LeaseExpiresAt < first {
 			t.Fatalf("reservations.renew = %+v, %v; want leaseExpiresAt >= %d", renewed, err, first)
 		}
@@ -192,7 +191,7 @@ func TestReservationLifecycle(t *testing.T) {
 		want := []string{"reservation.pending", "reservation.placed", "reservation.binding", "reservation.active",
 			"reservation.extended", "reservation.releasing", "reservation.released"}
 		var got []string
-		waitFor(t, "the lifecycle's events", func() (bool, string) {
+		testutil.EventuallyNil(t, lifecycleDeadline, func() error {
 			events, err := l.acme.EventsList(ctx, api.EventsListInput{TenantID: "acme", ResourceID: r.ID})
 			if err != nil {
 				t.Fatalf("events.list: %v", err)
@@ -201,7 +200,10 @@ func TestReservationLifecycle(t *testing.T) {
 			for _, e := range events.Items {
 				got = append(got, e.Type)
 			}
-			return len(got) >= len(want), fmt.Sprint(got)
+			if len(got) < len(want) {
+				return fmt.Errorf("the lifecycle's events so far: %v", got)
+			}
+			return nil
 		})
 		if !slices.Equal(got, want) {
 			t.Fatalf("events = %v, want %v", got, want)
@@ -301,7 +303,7 @@ func TestReservationLifecycle(t *testing.T) {
 
 		sched := l.stack.Client().ScheduleClient().GetHandle(ctx, workflows.ReconcileReservationsScheduleID)
 		var lastTrigger time.Time
-		waitFor(t, "the reconciler starts the lost workflow and it activates the reservation", func() (bool, string) {
+		testutil.EventuallyNil(t, lifecycleDeadline, func() error {
 			// A trigger while a run is in flight is skipped (the schedule's
 			// overlap policy); trigger again now and then until it is done.
 			if time.Since(lastTrigger) > 5*time.Second {
@@ -316,7 +318,10 @@ func TestReservationLifecycle(t *testing.T) {
 				Scan(&state, &started); err != nil {
 				t.Fatal(err)
 			}
-			return state == "active" && started, fmt.Sprintf("state %s, workflow started %v", state, started)
+			if state != "active" || !started {
+				return fmt.Errorf("the reconciler has not started the lost workflow and activated the reservation: state %s, workflow started %v", state, started)
+			}
+			return nil
 		})
 		desc, err := l.stack.Client().DescribeWorkflowExecution(ctx, id, "")
 		if err != nil || desc.GetWorkflowExecutionInfo().GetType().GetName() != workflows.ReservationWorkflowName ||

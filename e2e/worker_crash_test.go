@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 // workerProcess starts the control-plane worker as a separate process (this
@@ -109,20 +110,16 @@ func TestWorkerKilledMidActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Close(context.Background())
-	for {
-		var blocked int
+	blocked := func() bool {
+		var n int
 		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE usage_intervals%'`).Scan(&blocked); err != nil {
+			WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE usage_intervals%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if blocked > 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the release activity never reached the locked table")
-		case <-time.After(20 * time.Millisecond):
-		}
+		return n > 0
+	}
+	if !testutil.Until(ctx, blocked) {
+		t.Fatal("the release activity never reached the locked table")
 	}
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -177,18 +174,16 @@ func stateOf(ctx context.Context, t *testing.T, db *pgx.Conn, id string) string 
 
 func waitState(ctx context.Context, t *testing.T, c *api.Client, id, want string) {
 	t.Helper()
-	for {
+	var state string
+	reached := testutil.Until(ctx, func() bool {
 		r, err := c.ReservationsGet(ctx, "acme", id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.State == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("reservation %s is %s, want %s", id, r.State, want)
-		case <-time.After(100 * time.Millisecond):
-		}
+		state = r.State
+		return state == want
+	})
+	if !reached {
+		t.Fatalf("reservation %s is %s, want %s", id, state, want)
 	}
 }

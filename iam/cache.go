@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/better-compute/better-compute/core"
 )
@@ -21,14 +24,8 @@ import (
 // that were in flight when it happened, so a revocation is never overwritten
 // by an older allow.
 //
-// The caches are a small LRU with a TTL written here rather than
-// hashicorp/golang-lru/v2/expirable: expirable reads time.Now itself (no
-// injectable clock, so TTL tests would have to sleep), starts a cleanup
-// goroutine per cache that can never be stopped (v2.0.7 has no Close), and
-// its eviction callback cannot tell a capacity eviction from a removal or an
-// expiry, which Stats needs. The cache also has to check the drop
-// generations and store under one lock, which a cache with its own internal
-// lock does not help with.
+// Each cache is golang-lru's lock-free simplelru with a lifetime per entry
+// read against the injected clock (see lru below for why not expirable).
 
 // Defaults for CacheOptions.
 const (
@@ -391,8 +388,8 @@ func (p *CachingPort) DropIdentity(identityID string) {
 	if p.bumpLocked() {
 		p.identityDroppedAt = p.markLocked(p.identityDroppedAt, identityID)
 	}
-	p.auth.removeIf(func(_ [sha256.Size]byte, e *authEntry) bool { return identitiesOf(&e.caller).has(identityID) })
-	p.dec.removeIf(func(_ decisionKey, e *decisionEntry) bool { return e.who.has(identityID) })
+	p.auth.removeIf(func(_ [sha256.Size]byte, e authEntry) bool { return identitiesOf(&e.caller).has(identityID) })
+	p.dec.removeIf(func(_ decisionKey, e decisionEntry) bool { return e.who.has(identityID) })
 }
 
 // DropSession drops the authentications and decisions of one session and
@@ -406,8 +403,8 @@ func (p *CachingPort) DropSession(sessionID string) {
 	if p.bumpLocked() {
 		p.sessionDroppedAt = p.markLocked(p.sessionDroppedAt, sessionID)
 	}
-	p.auth.removeIf(func(_ [sha256.Size]byte, e *authEntry) bool { return e.caller.SessionID == sessionID })
-	p.dec.removeIf(func(k decisionKey, _ *decisionEntry) bool { return k.session == sessionID })
+	p.auth.removeIf(func(_ [sha256.Size]byte, e authEntry) bool { return e.caller.SessionID == sessionID })
+	p.dec.removeIf(func(k decisionKey, _ decisionEntry) bool { return k.session == sessionID })
 }
 
 // DropDecisions drops every read decision and discards decisions in flight.
@@ -440,8 +437,8 @@ func (p *CachingPort) Stats() CacheStats {
 	p.auth.sweep(now)
 	p.dec.sweep(now)
 	s := CacheStats{Authentications: p.auth.counters, Decisions: p.dec.counters}
-	s.Authentications.Entries = len(p.auth.items)
-	s.Decisions.Entries = len(p.dec.items)
+	s.Authentications.Entries = p.auth.len()
+	s.Decisions.Entries = p.dec.len()
 	return s
 }
 
@@ -578,116 +575,86 @@ func (p *CachingPort) pruneLocked() {
 
 // ---- LRU with a lifetime ----
 
-// lru is a least-recently-used map whose entries live ttl from their last
-// store. It has no lock of its own: CachingPort.mu guards it.
+// lru is golang-lru's simplelru with each entry's expiry stored beside its
+// value and read against the port's clock. expirable.LRU is not used: it
+// reads time.Now itself (TTL tests would have to sleep), runs a cleanup
+// goroutine per cache that cannot be stopped, and its eviction callback
+// cannot tell a capacity eviction from an expiry, which Stats counts
+// apart. simplelru has no lock of its own: CachingPort.mu guards it together
+// with the drop generations, which must be checked under the same lock as
+// the store.
 type lru[K comparable, V any] struct {
 	limit    int
 	ttl      time.Duration
-	items    map[K]*lruEntry[K, V]
-	root     lruEntry[K, V] // sentinel: root.next is the most recently used
+	entries  *simplelru.LRU[K, expiring[V]]
 	counters CacheCounters
 }
 
-type lruEntry[K comparable, V any] struct {
-	key        K
-	val        V
-	expires    time.Time
-	prev, next *lruEntry[K, V]
+type expiring[V any] struct {
+	val     V
+	expires time.Time
 }
 
+// newLRU needs limit > 0, which NewCachingPort guarantees.
 func newLRU[K comparable, V any](limit int, ttl time.Duration) *lru[K, V] {
-	c := &lru[K, V]{limit: limit, ttl: ttl, items: make(map[K]*lruEntry[K, V])}
-	c.root.next, c.root.prev = &c.root, &c.root
-	return c
+	entries, err := simplelru.NewLRU[K, expiring[V]](limit, nil)
+	if err != nil {
+		panic(fmt.Sprintf("iam: cache of %d entries: %v", limit, err))
+	}
+	return &lru[K, V]{limit: limit, ttl: ttl, entries: entries}
 }
 
-// get returns a copy of a live entry and marks it most recently used; it
-// counts a hit or a miss and removes an expired entry.
+// get returns a live entry and marks it most recently used; it counts a hit
+// or a miss and removes an expired entry.
 func (c *lru[K, V]) get(key K, now time.Time) (v V, ok bool) {
-	e, ok := c.items[key]
+	e, ok := c.entries.Get(key)
 	if !ok {
 		c.counters.Misses++
 		return v, false
 	}
 	if !now.Before(e.expires) {
-		c.unlink(e)
+		c.entries.Remove(key)
 		c.counters.Expirations++
 		c.counters.Misses++
 		return v, false
 	}
-	c.moveToFront(e)
 	c.counters.Hits++
 	return e.val, true
 }
 
 // put stores val under key for ttl from now, evicting the least recently
-// used entry beyond the cap.
+// used entry beyond the cap. The oldest is removed here rather than by Add,
+// so that an entry already past its lifetime counts as an expiration.
 func (c *lru[K, V]) put(key K, val V, now time.Time) {
-	if e, ok := c.items[key]; ok {
-		e.val = val
-		e.expires = now.Add(c.ttl)
-		c.moveToFront(e)
-		return
-	}
-	e := &lruEntry[K, V]{key: key, val: val, expires: now.Add(c.ttl)}
-	c.items[key] = e
-	c.insertFront(e)
-	for len(c.items) > c.limit {
-		old := c.root.prev
-		c.unlink(old)
-		if now.Before(old.expires) {
-			c.counters.Evictions++
-		} else {
-			c.counters.Expirations++
+	if !c.entries.Contains(key) && c.entries.Len() >= c.limit {
+		if _, old, ok := c.entries.RemoveOldest(); ok {
+			if now.Before(old.expires) {
+				c.counters.Evictions++
+			} else {
+				c.counters.Expirations++
+			}
 		}
 	}
+	c.entries.Add(key, expiring[V]{val: val, expires: now.Add(c.ttl)})
 }
 
-func (c *lru[K, V]) removeIf(drop func(K, *V) bool) {
-	for e := c.root.next; e != &c.root; {
-		next := e.next
-		if drop(e.key, &e.val) {
-			c.unlink(e)
+func (c *lru[K, V]) removeIf(drop func(K, V) bool) {
+	for _, k := range c.entries.Keys() {
+		if e, ok := c.entries.Peek(k); ok && drop(k, e.val) {
+			c.entries.Remove(k)
 		}
-		e = next
 	}
 }
 
 func (c *lru[K, V]) sweep(now time.Time) {
-	for e := c.root.next; e != &c.root; {
-		next := e.next
-		if !now.Before(e.expires) {
-			c.unlink(e)
+	for _, k := range c.entries.Keys() {
+		if e, ok := c.entries.Peek(k); ok && !now.Before(e.expires) {
+			c.entries.Remove(k)
 			c.counters.Expirations++
 		}
-		e = next
 	}
 }
 
-func (c *lru[K, V]) purge() {
-	clear(c.items)
-	c.root.next, c.root.prev = &c.root, &c.root
-}
+func (c *lru[K, V]) purge() { c.entries.Purge() }
 
-func (c *lru[K, V]) unlink(e *lruEntry[K, V]) {
-	e.prev.next = e.next
-	e.next.prev = e.prev
-	e.prev, e.next = nil, nil
-	delete(c.items, e.key)
-}
-
-func (c *lru[K, V]) insertFront(e *lruEntry[K, V]) {
-	e.prev = &c.root
-	e.next = c.root.next
-	c.root.next.prev = e
-	c.root.next = e
-}
-
-func (c *lru[K, V]) moveToFront(e *lruEntry[K, V]) {
-	if c.root.next == e {
-		return
-	}
-	e.prev.next = e.next
-	e.next.prev = e.prev
-	c.insertFront(e)
-}
+func (c *lru[K, V]) len() int { return c.entries.Len() }

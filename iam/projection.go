@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -510,16 +512,16 @@ func (p *Projection) Run(ctx context.Context) error {
 	wg.Go(func() { p.listen(ctx, notify) })
 	defer wg.Wait()
 
-	backoff := newBackoff()
-	for !p.Loaded() {
-		if err := p.Load(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+	if !p.Loaded() {
+		load := func() (struct{}, error) { return struct{}{}, p.Load(ctx) }
+		logFailure := func(err error, _ time.Duration) {
 			p.opts.Logger.Warn("authorization projection: load failed", "err", err)
-			if !sleepCtx(ctx, backoff.next()) {
-				return nil
-			}
+		}
+		// Without a first load nothing can be authorized, so it retries for as
+		// long as the process runs; only ctx ends it.
+		if _, err := backoff.Retry(ctx, load, backoff.WithBackOff(reconnectBackoff()),
+			backoff.WithMaxElapsedTime(0), backoff.WithNotify(logFailure)); err != nil {
+			return nil
 		}
 	}
 	ticker := time.NewTicker(p.opts.TailInterval)
@@ -558,7 +560,7 @@ func (p *Projection) Run(ctx context.Context) error {
 
 // listen keeps a LISTEN connection open until ctx ends.
 func (p *Projection) listen(ctx context.Context, notify func()) {
-	backoff := newBackoff()
+	retry := reconnectBackoff()
 	for ctx.Err() == nil {
 		start := p.opts.Now()
 		err := p.store.ListenAuthzChanges(ctx, notify)
@@ -566,23 +568,24 @@ func (p *Projection) listen(ctx context.Context, notify func()) {
 			return
 		}
 		if p.opts.Now().Sub(start) > time.Minute {
-			backoff = newBackoff() // it was up for a while: retry soon
+			retry.Reset() // it was up for a while: retry soon
 		}
 		p.opts.Logger.Warn("authorization projection: listen failed; polling until it reconnects", "err", err)
-		if !sleepCtx(ctx, backoff.next()) {
+		if !sleepCtx(ctx, retry.NextBackOff()) {
 			return
 		}
 	}
 }
 
-type backoff struct{ d time.Duration }
-
-func newBackoff() *backoff { return &backoff{d: 250 * time.Millisecond} }
-
-func (b *backoff) next() time.Duration {
-	d := b.d
-	b.d = min(2*b.d, 30*time.Second)
-	return d
+// reconnectBackoff waits 250ms after the first failure and doubles up to
+// 30s. It has no jitter: each process retries one load and one LISTEN
+// connection, too few to herd the database.
+func reconnectBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval: 250 * time.Millisecond,
+		Multiplier:      2,
+		MaxInterval:     30 * time.Second,
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/internal/testenv"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -710,12 +711,15 @@ func TestProjectionRunWakesOnNotify(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "the load", func() bool { return f.p.Loaded() })
+	testutil.Eventually(t, 20*time.Second, "the load", f.p.Loaded)
 	// The listener may not be listening yet; keep writing until a change
 	// arrives (each write notifies).
 	for i := 0; ; i++ {
 		put(t, f.s, reservation(fmt.Sprintf("rsv_%d", i), tenantA, 1))
-		if waitUntil(2*time.Second, func() bool { return f.p.Stats().Applied > 0 }) {
+		wait, stop := context.WithTimeout(ctx, 2*time.Second)
+		arrived := testutil.Until(wait, func() bool { return f.p.Stats().Applied > 0 })
+		stop()
+		if arrived {
 			break
 		}
 		if i == 10 {
@@ -724,24 +728,6 @@ func TestProjectionRunWakesOnNotify(t *testing.T) {
 	}
 	if st := f.p.Stats(); st.Misses != 0 {
 		t.Fatalf("Stats = %+v", st)
-	}
-}
-
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return cond()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if !waitUntil(20*time.Second, cond) {
-		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -774,12 +760,45 @@ func TestProjectionAttributes(t *testing.T) {
 	}
 }
 
-func TestProjectionStatsImplementsAPIStatus(t *testing.T) {
-	// api.ProjectionStatus is { Loaded() bool; Lag() time.Duration }.
-	var _ interface {
-		Loaded() bool
-		Lag() time.Duration
-	} = (*Projection)(nil)
+// TestProjectionHealth covers the two readings system.selfCheck reports:
+// Loaded, and a Lag that keeps growing while tails fail, so a projection
+// that stopped following the database shows as stale. (That *Projection
+// fits api.ProjectionStatus is checked by the compiler where
+// internal/controlplane wires it in.)
+func TestProjectionHealth(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, ProjectionOptions{})
+	put(t, f.s, pool("pool_1", tenantA))
+
+	f.advance(2 * time.Second)
+	if f.p.Loaded() || f.p.Lag() != 2*time.Second {
+		t.Fatalf("before the first load: Loaded %v, Lag %v; want false, 2s (counted from creation)", f.p.Loaded(), f.p.Lag())
+	}
+	mustLoad(t, f.p)
+	if !f.p.Loaded() || f.p.Lag() != 0 {
+		t.Fatalf("after Load: Loaded %v, Lag %v; want true, 0", f.p.Loaded(), f.p.Lag())
+	}
+
+	f.advance(time.Second)
+	failing, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := f.p.TailOnce(failing); err == nil {
+		t.Fatal("TailOnce with a cancelled context succeeded")
+	}
+	f.advance(time.Second)
+	if lag := f.p.Lag(); lag != 2*time.Second {
+		t.Fatalf("Lag after a failed tail = %v, want 2s (since the last success)", lag)
+	}
+	if st := f.p.Stats(); st.Loaded != f.p.Loaded() || st.Lag != f.p.Lag() || st.Failures != 1 {
+		t.Fatalf("Stats = %+v; want Loaded, Lag as read directly and one failure", st)
+	}
+
+	if err := f.p.TailOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lag := f.p.Lag(); lag != 0 {
+		t.Fatalf("Lag after a successful tail = %v, want 0", lag)
+	}
 }
 
 func BenchmarkResolveHit(b *testing.B) {

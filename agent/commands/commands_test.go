@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 func newExecutor(t *testing.T) *Executor {
@@ -119,11 +123,22 @@ func TestExec(t *testing.T) {
 func TestExecCancelKillsGroup(t *testing.T) {
 	e := newExecutor(t)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The shell starts a child and writes its pid, so the test knows the
+	// group is up and can check that the child died with it.
+	childFile := filepath.Join(t.TempDir(), "child")
+	cmd := execCmd(1, "sh", "-c", `sleep 60 & echo $! > "$1.tmp" && mv "$1.tmp" "$1"; wait`, "sh", childFile)
 	done := make(chan Result)
-	go func() {
-		done <- e.Run(ctx, Command{Seq: 1, Kind: KindExec, Args: json.RawMessage(`{"argv":["sh","-c","sleep 60 & wait"]}`)})
-	}()
-	time.Sleep(200 * time.Millisecond)
+	go func() { done <- e.Run(ctx, cmd) }()
+	var child int
+	testutil.Eventually(t, 10*time.Second, "the command to start its child", func() bool {
+		b, err := os.ReadFile(childFile)
+		if err != nil {
+			return false
+		}
+		child, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
 	cancel()
 	select {
 	case r := <-done:
@@ -133,6 +148,21 @@ func TestExecCancelKillsGroup(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("cancellation did not stop the command")
 	}
+	testutil.Eventually(t, 10*time.Second, "the command's child to die with its group", func() bool {
+		return !running(child)
+	})
+}
+
+// running says whether pid is a live process: one that exists and is not a
+// zombie waiting for a parent (in a container nothing may ever reap it).
+func running(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 func TestGates(t *testing.T) {

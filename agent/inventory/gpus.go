@@ -27,20 +27,6 @@ type GPUSource interface {
 // another OS, where go-nvml cannot be linked.
 var ErrNVMLUnavailable = errors.New("nvml: bcd was built without cgo (CGO_ENABLED=0) or for a non-Linux OS; rebuild with cgo or simulate GPUs")
 
-// Static is a fixed gpus section, for tests and for nodes whose GPUs are
-// known out of band.
-type Static struct {
-	Section inventory.GPUs
-}
-
-// GPUs returns a copy of the section.
-func (s Static) GPUs(context.Context) (inventory.GPUs, error) {
-	out := s.Section
-	out.Devices = slices.Clone(s.Section.Devices)
-	out.NVSwitches = slices.Clone(s.Section.NVSwitches)
-	return out, nil
-}
-
 // MaxSimulatedGPUs bounds a simulation spec; no single node carries more.
 const MaxSimulatedGPUs = 16
 

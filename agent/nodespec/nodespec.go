@@ -68,13 +68,6 @@ func (s *Store) Observed() int64 {
 	return s.cur.Generation
 }
 
-// Current is the spec converged on and its generation.
-func (s *Store) Current() (int64, Spec) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cur.Generation, s.cur.Spec
-}
-
 // Apply converges on spec at generation: an older generation than the one
 // held changes nothing. It answers the generation now observed.
 func (s *Store) Apply(generation int64, spec Spec) (int64, error) {

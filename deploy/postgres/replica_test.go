@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 func TestReplicaStreamsPausesResumesAndRefusesWrites(t *testing.T) {
@@ -82,7 +84,7 @@ func TestReplicaStreamsPausesResumesAndRefusesWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the replica to receive the commit", func() bool {
+	testutil.Eventually(t, time.Minute, "the replica to receive the commit", func() bool {
 		got, err := replica.ReceiveLSN(ctx)
 		return err == nil && got >= current
 	})
@@ -126,7 +128,7 @@ func TestReplicaStreamsPausesResumesAndRefusesWrites(t *testing.T) {
 		t.Fatalf("the replica's port is still taken: %v", err)
 	}
 	l.Close()
-	poll(t, "the primary to drop the replica's walsender", func() bool {
+	testutil.Eventually(t, time.Minute, "the primary to drop the replica's walsender", func() bool {
 		var n int
 		return primary.queryRow(ctx, `SELECT count(*) FROM pg_stat_replication`, &n) == nil && n == 0
 	})
@@ -166,7 +168,7 @@ func TestReplicaRestartsOnItsDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = replica.Stop(context.Background()) })
-	poll(t, "the database to reach the restarted replica", func() bool {
+	testutil.Eventually(t, time.Minute, "the database to reach the restarted replica", func() bool {
 		conn, err := pgx.Connect(ctx, replica.URL("app"))
 		if err != nil {
 			return false
@@ -194,17 +196,7 @@ func countRows(t *testing.T, conn *pgx.Conn, v int) int {
 
 func waitForRow(t *testing.T, conn *pgx.Conn, v int) {
 	t.Helper()
-	poll(t, "the row to reach the replica", func() bool { return countRows(t, conn, v) == 1 })
-}
-
-// poll waits, up to a minute, for cond.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testutil.Eventually(t, time.Minute, "the row to reach the replica", func() bool { return countRows(t, conn, v) == 1 })
 }
 
 // serversOn lists the processes whose command line names dir.

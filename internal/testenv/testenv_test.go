@@ -3,12 +3,14 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -59,16 +61,16 @@ func TestReplicaURLServesTheTestDatabaseFromTheReplica(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT extname FROM pg_extension WHERE extname = 'btree_gist'`).Scan(&ext); err != nil {
 		t.Fatalf("the migrated schema is not on the replica: %v", err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+	testutil.EventuallyNil(t, time.Minute, func() error {
 		var n int
-		err := conn.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&n)
-		if err == nil && n == 1 {
-			break
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&n); err != nil {
+			return fmt.Errorf("the row has not reached the replica: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the row never reached the replica: %d, %v", n, err)
+		if n != 1 {
+			return fmt.Errorf("the replica holds %d rows, want 1", n)
 		}
-	}
+		return nil
+	})
 	_, err = conn.Exec(ctx, `INSERT INTO seen VALUES (2)`)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "25006" {
