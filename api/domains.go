@@ -1,12 +1,16 @@
 package api
 
 import (
+	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/usage"
 )
 
 // Domains are the method groups the API serves, each described by its
 // domain's descriptors. Adding a group is one line here.
 var Domains = []rpc.Domain{
 	projects.Methods,
+	events.Methods,
+	usage.Methods,
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -40,7 +40,7 @@ func TestEventsList(t *testing.T) {
 		reservationEvent("globex", "rsv_g", "", "pending", "placed"),
 		reservationEvent("acme", "rsv_a", "prj_1", "binding", "active"),
 	)
-	all, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme"})
+	all, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,22 +64,22 @@ func TestEventsList(t *testing.T) {
 	}
 
 	// Globex sees its own, and may not ask for acme's; acme's stranger has no policy.
-	if own, err := g.EventsList(ctx, api.EventsListInput{TenantID: "globex"}); err != nil || len(own.Items) != 2 || own.Items[0].ResourceID != "rsv_g" {
+	if own, err := events.List.Call(ctx, g, events.ListInput{TenantID: "globex"}); err != nil || len(own.Items) != 2 || own.Items[0].ResourceID != "rsv_g" {
 		t.Fatalf("globex's events = %+v, %v", own, err)
 	}
-	if _, err := g.EventsList(ctx, api.EventsListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := events.List.Call(ctx, g, events.ListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex listing acme's events = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := e.client(e.stranger).EventsList(ctx, api.EventsListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := events.List.Call(ctx, e.client(e.stranger), events.ListInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("acme's stranger listing events = %v, want ACCESS_DENIED", err)
 	}
 
 	// Paging by cursor: pages of two give the same events; an empty page
 	// keeps the cursor.
-	var paged []api.Event
+	var paged []events.Event
 	after := int64(0)
 	for range 10 {
-		page, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", After: after, Limit: 2})
+		page, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", After: after, Limit: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,13 +105,13 @@ func TestEventsList(t *testing.T) {
 	}
 	// New events arrive after the cursor.
 	e.publishEvents(reservationEvent("acme", "rsv_b", "", "pending", "failed"))
-	if page, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", After: after}); err != nil || len(page.Items) != 1 ||
+	if page, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", After: after}); err != nil || len(page.Items) != 1 ||
 		page.Items[0].Type != "reservation.failed" || page.Next != page.Items[0].Seq {
 		t.Fatalf("after the cursor = %+v, %v", page, err)
 	}
 
 	// Filters: exact types, and one resource.
-	typed, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", Types: []string{"reservation.pending", "reservation.active", "reservation"}})
+	typed, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", Types: []string{"reservation.pending", "reservation.active", "reservation"}})
 	if err != nil || len(typed.Items) != 3 {
 		t.Fatalf("typed = %+v, %v", typed, err)
 	}
@@ -120,10 +120,10 @@ func TestEventsList(t *testing.T) {
 			t.Fatalf("typed filter kept %s", it.Type)
 		}
 	}
-	if byRes, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", ResourceID: "rsv_b"}); err != nil || len(byRes.Items) != 2 {
+	if byRes, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", ResourceID: "rsv_b"}); err != nil || len(byRes.Items) != 2 {
 		t.Fatalf("rsv_b's events = %+v, %v", byRes, err)
 	}
-	if byRes, err := a.EventsList(ctx, api.EventsListInput{TenantID: "acme", ResourceID: "rsv_g"}); err != nil || len(byRes.Items) != 0 {
+	if byRes, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", ResourceID: "rsv_g"}); err != nil || len(byRes.Items) != 0 {
 		t.Fatalf("acme filtering on globex's reservation = %+v, %v", byRes, err)
 	}
 }
@@ -135,18 +135,19 @@ func TestEventsListInvalidInput(t *testing.T) {
 		many[i] = fmt.Sprintf(`"t%d"`, i)
 	}
 	e.wantInvalid(e.boot.UserToken, "events.list", map[string]string{
-		`{}`:                                                            "tenantId",
-		`{"tenantId":"acme","limit":0}`:                                 "limit",
-		`{"tenantId":"acme","limit":501}`:                               "limit",
-		`{"tenantId":"acme","limit":"5"}`:                               "limit",
-		`{"tenantId":"acme","after":-1}`:                                "after",
-		`{"tenantId":"acme","after":1.5}`:                               "after",
-		`{"tenantId":"acme","types":"a"}`:                               "types",
-		`{"tenantId":"acme","types":[1]}`:                               "types",
-		`{"tenantId":"acme","types":[""]}`:                              "types",
-		`{"tenantId":"acme","resourceId":""}`:                           "resourceId",
-		`{"tenantId":"acme","projectId":"x"}`:                           "projectId",
-		`{"tenantId":"acme","types":[` + strings.Join(many, ",") + `]}`: "types",
+		`{}`:                               "tenantId",
+		`{"tenantId":"acme","limit":0}`:    "limit",
+		`{"tenantId":"acme","limit":501}`:  "limit",
+		`{"tenantId":"acme","limit":"5"}`:  "limit",
+		`{"tenantId":"acme","after":-1}`:   "after",
+		`{"tenantId":"acme","after":1.5}`:  "after",
+		`{"tenantId":"acme","types":"a"}`:  "types",
+		`{"tenantId":"acme","types":[1]}`:  "types.0",
+		`{"tenantId":"acme","types":[""]}`: "types.0",
+		`{"tenantId":"acme","types":["a","` + strings.Repeat("t", 129) + `"]}`: "types.1",
+		`{"tenantId":"acme","resourceId":""}`:                                  "resourceId",
+		`{"tenantId":"acme","projectId":"x"}`:                                  "projectId",
+		`{"tenantId":"acme","types":[` + strings.Join(many, ",") + `]}`:        "types",
 	})
 	// 32 types are fine.
 	if status, body := e.call(e.boot.UserToken, "events.list", `{"tenantId":"acme","types":[`+strings.Join(many[:32], ",")+`]}`); status != 200 {

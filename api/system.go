@@ -88,9 +88,6 @@ func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 		"reservations.cancel":  {Run: s.reservationsCancel, After: s.afterCancel},
 		"reservations.renew":   {Run: s.reservationsRenew, After: s.afterRenew},
 		"reservations.extend":  {Admission: s.reservationsExtendAdmission()},
-
-		"events.list": {Run: s.eventsList},
-		"usage.list":  {Run: s.usageList},
 	}
 }
 

@@ -3,13 +3,13 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"github.com/better-compute/better-compute/api/projects"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/usage"
 	"github.com/better-compute/better-compute/core"
 )
 
@@ -63,11 +63,11 @@ func TestUsageList(t *testing.T) {
 	e.meter("rsv_g", "globex", gp.ID, "gpu", "H100", 64, 0, 10)
 
 	// Tenant totals over [1, 6): a 5h×8=40, b 1h×2=2, c 2h×1=2, d 5h×7=35 (not GPU-hours).
-	u, err := a.UsageList(ctx, api.UsageListInput{TenantID: "acme", From: usageMs(1), To: usageMs(6)})
+	u, err := usage.List.Call(ctx, a, usage.ListInput{TenantID: "acme", From: usageMs(1), To: usageMs(6)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []api.UsageItem{
+	want := []usage.Item{
 		{TenantID: "acme", Class: "gpu", GPUModel: "H100", UnitHours: 42, GPUHours: 42},
 		{TenantID: "acme", Class: "gpu", GPUModel: "L40S", UnitHours: 2, GPUHours: 2},
 		{TenantID: "acme", Class: "mig", GPUModel: "A100", UnitHours: 35},
@@ -82,11 +82,11 @@ func TestUsageList(t *testing.T) {
 	}
 
 	// By project over [0, 12): a 80, b 7h×2=14, c 2, d 12h×7=84.
-	u, err = a.UsageList(ctx, api.UsageListInput{TenantID: "acme", From: usageMs(0), To: usageMs(12), GroupBy: "project"})
+	u, err = usage.List.Call(ctx, a, usage.ListInput{TenantID: "acme", From: usageMs(0), To: usageMs(12), GroupBy: "project"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byProject := map[string]api.UsageItem{
+	byProject := map[string]usage.Item{
 		"":    {TenantID: "acme", Class: "mig", GPUModel: "A100", UnitHours: 84},
 		p1.ID: {TenantID: "acme", ProjectID: p1.ID, Class: "gpu", GPUModel: "H100", UnitHours: 94, GPUHours: 94},
 		p2.ID: {TenantID: "acme", ProjectID: p2.ID, Class: "gpu", GPUModel: "L40S", UnitHours: 2, GPUHours: 2},
@@ -103,23 +103,23 @@ func TestUsageList(t *testing.T) {
 	}
 
 	// By reservation, one project (decided on the project): a and b.
-	u, err = a.UsageList(ctx, api.UsageListInput{TenantID: "acme", ProjectID: p1.ID, From: usageMs(0), To: usageMs(12), GroupBy: "reservation"})
+	u, err = usage.List.Call(ctx, a, usage.ListInput{TenantID: "acme", ProjectID: p1.ID, From: usageMs(0), To: usageMs(12), GroupBy: "reservation"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []api.UsageItem{
+	want = []usage.Item{
 		{TenantID: "acme", ProjectID: p1.ID, ReservationID: "rsv_a", Class: "gpu", GPUModel: "H100", UnitHours: 80, GPUHours: 80},
 		{TenantID: "acme", ProjectID: p1.ID, ReservationID: "rsv_b", Class: "gpu", GPUModel: "H100", UnitHours: 14, GPUHours: 14},
 	}
 	checkItems(t, "reservation", u, want, 94)
 	// One project, grouped by tenant: only the project's usage.
-	u, err = a.UsageList(ctx, api.UsageListInput{TenantID: "acme", ProjectID: p2.ID, From: usageMs(0), To: usageMs(12)})
+	u, err = usage.List.Call(ctx, a, usage.ListInput{TenantID: "acme", ProjectID: p2.ID, From: usageMs(0), To: usageMs(12)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkItems(t, "p2", u, []api.UsageItem{{TenantID: "acme", Class: "gpu", GPUModel: "L40S", UnitHours: 2, GPUHours: 2}}, 2)
+	checkItems(t, "p2", u, []usage.Item{{TenantID: "acme", Class: "gpu", GPUModel: "L40S", UnitHours: 2, GPUHours: 2}}, 2)
 	// A window with nothing in it.
-	if u, err := a.UsageList(ctx, api.UsageListInput{TenantID: "acme", From: usageMs(-48), To: usageMs(-24)}); err != nil || len(u.Items) != 0 || u.Total != 0 {
+	if u, err := usage.List.Call(ctx, a, usage.ListInput{TenantID: "acme", From: usageMs(-48), To: usageMs(-24)}); err != nil || len(u.Items) != 0 || u.Total != 0 {
 		t.Fatalf("empty window = %+v, %v", u, err)
 	}
 	if _, body := e.call(e.boot.UserToken, "usage.list", fmt.Sprintf(`{"tenantId":"acme","from":%d,"to":%d}`, usageMs(-48), usageMs(-24))); !strings.Contains(body, `"items":[]`) {
@@ -127,27 +127,27 @@ func TestUsageList(t *testing.T) {
 	}
 
 	// Tenancy: globex sees its own only and may not read acme's, nor acme's project.
-	u, err = g.UsageList(ctx, api.UsageListInput{TenantID: "globex", From: usageMs(0), To: usageMs(12)})
+	u, err = usage.List.Call(ctx, g, usage.ListInput{TenantID: "globex", From: usageMs(0), To: usageMs(12)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkItems(t, "globex", u, []api.UsageItem{{TenantID: "globex", Class: "gpu", GPUModel: "H100", UnitHours: 640, GPUHours: 640}}, 640)
-	if _, err := g.UsageList(ctx, api.UsageListInput{TenantID: "acme", From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeAccessDenied {
+	checkItems(t, "globex", u, []usage.Item{{TenantID: "globex", Class: "gpu", GPUModel: "H100", UnitHours: 640, GPUHours: 640}}, 640)
+	if _, err := usage.List.Call(ctx, g, usage.ListInput{TenantID: "acme", From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex reading acme's usage = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := g.UsageList(ctx, api.UsageListInput{TenantID: "acme", ProjectID: p1.ID, From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := usage.List.Call(ctx, g, usage.ListInput{TenantID: "acme", ProjectID: p1.ID, From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex reading acme's project usage = %v, want ACCESS_DENIED", err)
 	}
 	// acme's project is not globex's: the envelope cannot find it there.
-	if _, err := g.UsageList(ctx, api.UsageListInput{TenantID: "globex", ProjectID: p1.ID, From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeNotFound {
+	if _, err := usage.List.Call(ctx, g, usage.ListInput{TenantID: "globex", ProjectID: p1.ID, From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex naming acme's project in its own tenant = %v, want NOT_FOUND", err)
 	}
-	if _, err := e.client(e.stranger).UsageList(ctx, api.UsageListInput{TenantID: "acme", From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := usage.List.Call(ctx, e.client(e.stranger), usage.ListInput{TenantID: "acme", From: usageMs(0), To: usageMs(12)}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("acme's stranger reading usage = %v, want ACCESS_DENIED", err)
 	}
 }
 
-func checkItems(t *testing.T, name string, got api.UsageList, want []api.UsageItem, total float64) {
+func checkItems(t *testing.T, name string, got usage.Report, want []usage.Item, total float64) {
 	t.Helper()
 	ok := len(got.Items) == len(want) && near(got.Total, total)
 	for i := 0; ok && i < len(want); i++ {

@@ -721,17 +721,6 @@ var explicitSchemas = map[string][]Field{
 	"reservations.extend": {TenantIDField(), IDField("reservationId", "rsv", true),
 		{Name: "duration", Type: FieldInteger, Required: true}},
 
-	// Events and usage. after is a seq cursor (at least 0), types at most
-	// 32 exact event types, limit in [1, 500]; usage's from and to are epoch
-	// milliseconds, to > from and at most 366 days apart. The handlers check
-	// the ranges.
-	"events.list": {TenantIDField(), {Name: "after", Type: FieldInteger},
-		{Name: "types", Type: FieldArray, MaxBytes: 8 << 10},
-		{Name: "resourceId", Type: FieldString, MinLength: 1, MaxLength: 200}, listLimit},
-	"usage.list": {TenantIDField(), {Name: "from", Type: FieldInteger, Required: true},
-		{Name: "to", Type: FieldInteger, Required: true}, IDField("projectId", "prj", false),
-		{Name: "groupBy", Type: FieldString, Enum: []string{"tenant", "project", "reservation"}}},
-
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},
 	"cloudResources.signals": {TenantIDField(), IDField("poolId", "pool", true), IDField("resourceId", "crs", false)},

@@ -13,6 +13,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/usage"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/deploy/devstack"
@@ -192,12 +194,12 @@ func TestReservationLifecycle(t *testing.T) {
 			"reservation.extended", "reservation.releasing", "reservation.released"}
 		var got []string
 		testutil.EventuallyNil(t, lifecycleDeadline, func() error {
-			events, err := l.acme.EventsList(ctx, api.EventsListInput{TenantID: "acme", ResourceID: r.ID})
+			listed, err := events.List.Call(ctx, l.acme, events.ListInput{TenantID: "acme", ResourceID: r.ID})
 			if err != nil {
 				t.Fatalf("events.list: %v", err)
 			}
 			got = got[:0]
-			for _, e := range events.Items {
+			for _, e := range listed.Items {
 				got = append(got, e.Type)
 			}
 			if len(got) < len(want) {
@@ -209,13 +211,13 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Fatalf("events = %v, want %v", got, want)
 		}
 
-		usage, err := l.acme.UsageList(ctx, api.UsageListInput{TenantID: "acme", From: created.Add(-time.Minute).UnixMilli(),
-			To: time.Now().Add(time.Minute).UnixMilli(), GroupBy: store.UsageByReservation})
+		metered, err := usage.List.Call(ctx, l.acme, usage.ListInput{TenantID: "acme", From: created.Add(-time.Minute).UnixMilli(),
+			To: time.Now().Add(time.Minute).UnixMilli(), GroupBy: usage.ByReservation})
 		if err != nil {
 			t.Fatalf("usage.list: %v", err)
 		}
 		found := false
-		for _, u := range usage.Items {
+		for _, u := range metered.Items {
 			if u.ReservationID == r.ID {
 				found = true
 				if u.Class != placement.ClassGPU || u.GPUHours <= 0 || u.GPUModel != "H100" {
@@ -224,7 +226,7 @@ func TestReservationLifecycle(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Fatalf("usage.list has no item for %s: %+v", r.ID, usage.Items)
+			t.Fatalf("usage.list has no item for %s: %+v", r.ID, metered.Items)
 		}
 	})
 

@@ -1,0 +1,104 @@
+// Package events is the events domain: reading the outbox that state
+// writers fill with store.PublishEvent, a tenant's events by seq cursor.
+// The writer stays in store so that every state writer can reach it.
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/store"
+)
+
+// DefaultLimit is a page's size when the caller names none.
+const DefaultLimit = 100
+
+// Event is one domain event as the API returns it.
+type Event struct {
+	ID           string         `json:"id"`
+	Seq          int64          `json:"seq"`
+	Type         string         `json:"type"`
+	ResourceType string         `json:"resourceType"`
+	ResourceID   string         `json:"resourceId"`
+	ProjectID    string         `json:"projectId,omitempty"`
+	Data         map[string]any `json:"data"`
+	CreatedAt    int64          `json:"createdAt"`
+}
+
+// Page is one page of a tenant's events. Next is the cursor of the next
+// page: the last item's seq, or the query's cursor when the page is empty.
+type Page struct {
+	Items []Event `json:"items"`
+	Next  int64   `json:"next"`
+}
+
+// Stored is an event as the outbox holds it.
+type Stored struct {
+	store.Event
+	ID        string // evt_<ULID>
+	Seq       int64  // global, increasing; the listing cursor
+	CreatedAt time.Time
+}
+
+// Query selects a tenant's events: those after the cursor, in seq order,
+// at most Limit of them.
+type Query struct {
+	TenantID   string
+	After      int64    // seq cursor: events with seq > After
+	Types      []string // exact types; none means all
+	ResourceID string   // "" means all
+	Limit      int
+}
+
+// List is the page of the tenant's events that q selects.
+func List(ctx context.Context, tx store.Tx, q Query) (Page, error) {
+	got, err := Read(ctx, tx, q)
+	if err != nil {
+		return Page{}, err
+	}
+	out := Page{Items: make([]Event, len(got)), Next: q.After}
+	for i, e := range got {
+		out.Items[i] = Event{ID: e.ID, Seq: e.Seq, Type: e.Type, ResourceType: e.ResourceType, ResourceID: e.ResourceID,
+			ProjectID: e.ProjectID, Data: e.Data, CreatedAt: e.CreatedAt.UnixMilli()}
+		out.Next = e.Seq
+	}
+	return out, nil
+}
+
+// Read returns the tenant's events that q selects, ascending by seq.
+// Events of transactions not yet known to be older than every running one
+// are held back until they are (see store.PublishEvent).
+func Read(ctx context.Context, tx store.Tx, q Query) ([]Stored, error) {
+	if q.TenantID == "" {
+		return nil, errors.New("events: a query without a tenant")
+	}
+	if q.Limit < 1 {
+		return nil, fmt.Errorf("events: limit %d", q.Limit)
+	}
+	types := q.Types
+	if types == nil {
+		types = []string{}
+	}
+	rows, err := tx.Query(ctx, `SELECT seq, id, tenant_id, type, resource_type, resource_id, project_id, data, created_at
+		FROM events
+		WHERE tenant_id = $1 AND seq > $2 AND xid < pg_snapshot_xmin(pg_current_snapshot())
+		  AND (cardinality($3::text[]) = 0 OR type = ANY ($3))
+		  AND ($4 = '' OR resource_id = $4)
+		ORDER BY seq LIMIT $5`, q.TenantID, q.After, types, q.ResourceID, q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stored, error) {
+		var e Stored
+		var raw []byte
+		if err := r.Scan(&e.Seq, &e.ID, &e.TenantID, &e.Type, &e.ResourceType, &e.ResourceID, &e.ProjectID, &raw, &e.CreatedAt); err != nil {
+			return e, err
+		}
+		return e, json.Unmarshal(raw, &e.Data)
+	})
+}

@@ -1,0 +1,144 @@
+// Package usage is the usage domain: summing the metering intervals that
+// reservations open and close (store.OpenUsage, store.CloseUsage) into
+// unit-hours and GPU-hours over a window. The interval writers stay in
+// store, next to the reservation state writer that calls them.
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/store"
+)
+
+// ClassGPU is the atom class whose unit-hours are GPU-hours (whole GPUs;
+// core/placement.ClassGPU).
+const ClassGPU = "gpu"
+
+// MaxWindow is the longest window a list sums over.
+const MaxWindow = 366 * 24 * time.Hour
+
+// Groupings: what an Item's key holds besides the tenant.
+const (
+	ByTenant      = "tenant"
+	ByProject     = "project"
+	ByReservation = "reservation"
+)
+
+// Item is one group's usage of one (class, gpuModel): unit-hours are atoms
+// held × hours within the window; GPU-hours are the unit-hours of class gpu
+// (0 for other classes).
+type Item struct {
+	TenantID      string  `json:"tenantId"`
+	ProjectID     string  `json:"projectId,omitempty"`     // set when grouped by project or reservation
+	ReservationID string  `json:"reservationId,omitempty"` // set when grouped by reservation
+	Class         string  `json:"class"`
+	GPUModel      string  `json:"gpuModel"`
+	UnitHours     float64 `json:"unitHours"` // units × hours, clipped to the window
+	GPUHours      float64 `json:"gpuHours"`  // UnitHours for class "gpu", 0 otherwise
+}
+
+// Report is a tenant's usage over [From, To) (epoch milliseconds); Total
+// is the items' GPU-hours.
+type Report struct {
+	From    int64   `json:"from"`
+	To      int64   `json:"to"`
+	GroupBy string  `json:"groupBy"`
+	Items   []Item  `json:"items"`
+	Total   float64 `json:"total"`
+}
+
+// List sums the tenant's usage (one project's when projectID is set) over
+// [from, to), epoch milliseconds, grouped by groupBy (ByTenant when "").
+// The window must be non-empty and at most MaxWindow long: INVALID_INPUT on
+// "to" otherwise.
+func List(ctx context.Context, tx store.Tx, tenantID, projectID string, from, to int64, groupBy string) (Report, error) {
+	switch {
+	case to <= from:
+		return Report{}, badField("to", "range", "to must be after from")
+	case to-from > MaxWindow.Milliseconds():
+		return Report{}, badField("to", "range", "from and to are at most 366 days apart")
+	}
+	if groupBy == "" {
+		groupBy = ByTenant
+	}
+	rows, err := Sum(ctx, tx, Query{TenantID: tenantID, ProjectID: projectID,
+		From: time.UnixMilli(from), To: time.UnixMilli(to), GroupBy: groupBy})
+	if err != nil {
+		return Report{}, err
+	}
+	out := Report{From: from, To: to, GroupBy: groupBy, Items: rows}
+	if out.Items == nil {
+		out.Items = []Item{}
+	}
+	for _, r := range rows {
+		out.Total += r.GPUHours
+	}
+	return out, nil
+}
+
+func badField(field, reason, msg string) error {
+	return core.Errorf(core.CodeInvalidInput, "%s", msg).WithDetails(map[string]any{"field": field, "reason": reason})
+}
+
+// Query sums a tenant's usage over [From, To).
+type Query struct {
+	TenantID  string
+	ProjectID string // "" means every project (and none)
+	From, To  time.Time
+	GroupBy   string // ByTenant (default), ByProject or ByReservation
+}
+
+// Sum clips every interval of the tenant, [started_at, ended_at or now()),
+// to [q.From, q.To) and sums units × hours per group and per (class,
+// gpuModel), in the groups' order.
+func Sum(ctx context.Context, tx store.Tx, q Query) ([]Item, error) {
+	if q.TenantID == "" {
+		return nil, errors.New("usage: a query without a tenant")
+	}
+	if !q.To.After(q.From) {
+		return nil, fmt.Errorf("usage: the window [%s, %s) is empty", q.From, q.To)
+	}
+	var project, reservation string
+	switch q.GroupBy {
+	case "", ByTenant:
+		project, reservation = `''`, `''`
+	case ByProject:
+		project, reservation = `project_id`, `''`
+	case ByReservation:
+		project, reservation = `project_id`, `reservation_id`
+	default:
+		return nil, fmt.Errorf("usage: grouped by %q", q.GroupBy)
+	}
+	// [$3, $4) is the window. An interval counts for the part of it inside
+	// the window; intervals that miss the window (or, open and started after
+	// now(), have no length yet) are left out, so every span summed is
+	// positive. The sum stays numeric until the division.
+	rows, err := tx.Query(ctx, `SELECT `+project+`, `+reservation+`, class, gpu_model,
+			(sum(units * extract(epoch FROM least(coalesce(ended_at, now()), $4) - greatest(started_at, $3))) / 3600)::float8
+		FROM usage_intervals
+		WHERE tenant_id = $1 AND ($2 = '' OR project_id = $2)
+		  AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3)
+		  AND least(coalesce(ended_at, now()), $4) > greatest(started_at, $3)
+		GROUP BY 1, 2, 3, 4
+		ORDER BY 1, 2, 3, 4`, q.TenantID, q.ProjectID, q.From, q.To)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Item
+	for rows.Next() {
+		r := Item{TenantID: q.TenantID}
+		if err := rows.Scan(&r.ProjectID, &r.ReservationID, &r.Class, &r.GPUModel, &r.UnitHours); err != nil {
+			return nil, err
+		}
+		if r.Class == ClassGPU {
+			r.GPUHours = r.UnitHours
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
