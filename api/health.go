@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.temporal.io/sdk/client"
 
+	healthact "github.com/better-compute/better-compute/activities/health"
 	"github.com/better-compute/better-compute/core"
 )
 
@@ -87,7 +88,7 @@ func (s *Server) checkTemporal(ctx context.Context) error {
 		ID:                       "healthz/" + nonce,
 		TaskQueue:                s.deps.TaskQueue,
 		WorkflowExecutionTimeout: healthTimeout,
-	}, "HealthCheck", nonce)
+	}, healthact.WorkflowName, nonce)
 	if err != nil {
 		return fmt.Errorf("start health workflow: %w", err)
 	}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"math"
 
+	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
-	"github.com/better-compute/better-compute/workflows"
 )
 
 // nodes.drain cordons a node and starts its drain workflow
-// (workflows.NodeDrainWorkflow, id <nodeId>/drain), which waits until no
+// (NodeDrainWorkflow, id <nodeId>/drain), which waits until no
 // reservation holds the node's atoms any more ("wait", the default) or
 // releases the active ones and cancels those not begun ("release"), then
 // marks the node drained. The pool's policy.disruptionBudget bounds how many
@@ -30,7 +30,7 @@ func (s *Server) nodesDrain(ctx context.Context, c *Call, tx store.Tx) (any, err
 		return nil, err
 	}
 	if in.Mode == "" {
-		in.Mode = workflows.DrainWait
+		in.Mode = nodesact.DrainWait
 	}
 	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, true)
 	if err != nil {
@@ -78,8 +78,8 @@ func (s *Server) afterDrain(ctx context.Context, c *Call, out any) (any, error) 
 	if n.DrainState != "draining" || s.deps.Temporal == nil {
 		return n, nil
 	}
-	if err := workflows.StartNodeDrain(ctx, s.deps.Temporal, s.deps.TaskQueue,
-		workflows.NodeDrainParams{TenantID: n.TenantID, NodeID: n.ID, Mode: n.DrainMode}); err != nil {
+	if err := nodesact.StartNodeDrain(ctx, s.deps.Temporal, s.deps.TaskQueue,
+		nodesact.NodeDrainParams{TenantID: n.TenantID, NodeID: n.ID, Mode: n.DrainMode}); err != nil {
 		return nil, core.Wrap(core.CodeUnavailable, err, "the node is draining, but its drain workflow could not be started; drain it again")
 	}
 	return n, nil

@@ -11,13 +11,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
-	"github.com/better-compute/better-compute/workflows"
 )
 
 // reservations.create is an admission (admission.go):
@@ -493,14 +493,14 @@ func (s *Server) ensureReservationWorkflow(ctx context.Context, r Reservation) e
 	default:
 		return nil
 	}
-	p := workflows.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, Start: r.Start, End: r.End, Active: active}
+	p := reservationsact.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, Start: r.Start, End: r.End, Active: active}
 	if r.LeaseSeconds != nil {
 		p.LeaseSeconds = *r.LeaseSeconds
 	}
 	if r.LeaseExpiresAt != nil {
 		p.LeaseDeadline = *r.LeaseExpiresAt
 	}
-	if err := workflows.StartReservation(ctx, s.deps.Temporal, s.deps.TaskQueue, p); err != nil {
+	if err := reservationsact.StartReservation(ctx, s.deps.Temporal, s.deps.TaskQueue, p); err != nil {
 		return err
 	}
 	return s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {

@@ -10,17 +10,17 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
-	"github.com/better-compute/better-compute/workflows"
 )
 
 // A reservation's life after placement. PostgreSQL holds the truth and the
-// reservation's workflow (workflows.ReservationWorkflow, id = the
-// reservation id) drives it; the methods here check the row in the call's
+// reservation's workflow (ReservationWorkflow, id = the reservation id)
+// drives it; the methods here check the row in the call's
 // transaction and, once it commits, tell the workflow:
 //
 //	release  active -> releasing -> released, by the workflow's release
@@ -86,7 +86,7 @@ func (s *Server) afterRelease(ctx context.Context, c *Call, out any) (any, error
 	r := out.(Reservation)
 	if r.State == string(reservations.Active) {
 		var final string
-		if err := s.updateReservation(ctx, r, workflows.UpdateRelease, &final); err != nil {
+		if err := s.updateReservation(ctx, r, reservationsact.UpdateRelease, &final); err != nil {
 			return nil, err
 		}
 	}
@@ -123,7 +123,7 @@ func (s *Server) reservationsCancel(ctx context.Context, c *Call, tx store.Tx) (
 func (s *Server) afterCancel(ctx context.Context, c *Call, out any) (any, error) {
 	r := out.(Reservation)
 	if s.deps.Temporal != nil {
-		err := s.deps.Temporal.SignalWorkflow(ctx, r.ID, "", workflows.SignalCancel, nil)
+		err := s.deps.Temporal.SignalWorkflow(ctx, r.ID, "", reservationsact.SignalCancel, nil)
 		var gone *serviceerror.NotFound
 		if err != nil && !errors.As(err, &gone) {
 			s.deps.Logger.WarnContext(ctx, "signalling a cancelled reservation's workflow", "reservation", r.ID, "error", err)
@@ -152,7 +152,7 @@ func (s *Server) reservationsRenew(ctx context.Context, c *Call, tx store.Tx) (a
 func (s *Server) afterRenew(ctx context.Context, c *Call, out any) (any, error) {
 	r := out.(Reservation)
 	var deadline int64
-	if err := s.updateReservation(ctx, r, workflows.UpdateRenew, &deadline); err != nil {
+	if err := s.updateReservation(ctx, r, reservationsact.UpdateRenew, &deadline); err != nil {
 		return nil, err
 	}
 	err := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -325,7 +325,7 @@ func (s *Server) extendStarted(ctx context.Context, c *Call) error {
 		return err
 	}
 	var end int64
-	if err := s.updateReservation(ctx, r, workflows.UpdateExtend, &end, r.End); err != nil {
+	if err := s.updateReservation(ctx, r, reservationsact.UpdateExtend, &end, r.End); err != nil {
 		if ce := core.AsError(err); ce.Code != core.CodeInvalidState { // INVALID_STATE: it already knows
 			s.deps.Logger.WarnContext(ctx, "telling a reservation's workflow its new end", "reservation", r.ID, "error", err)
 		}

@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/usage"
@@ -22,7 +23,6 @@ import (
 	"github.com/better-compute/better-compute/internal/freeport"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
-	"github.com/better-compute/better-compute/workflows"
 )
 
 // lifecycleDeadline bounds every wait for a state the workflows reach on their
@@ -87,11 +87,11 @@ func (l *lifecycle) waitState(t *testing.T, id, state string) api.Reservation {
 }
 
 // result waits for the reservation's workflow to end and answers its result.
-func (l *lifecycle) result(t *testing.T, id string) workflows.ReservationResult {
+func (l *lifecycle) result(t *testing.T, id string) reservationsact.ReservationResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), lifecycleDeadline)
 	defer cancel()
-	var res workflows.ReservationResult
+	var res reservationsact.ReservationResult
 	if err := l.stack.Client().GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
 		t.Fatalf("workflow %s: %v", id, err)
 	}
@@ -171,7 +171,7 @@ func TestReservationLifecycle(t *testing.T) {
 		if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			t.Fatalf("workflow after extend: %v, %v", desc, err)
 		}
-		if got := l.acceptedUpdates(t, r.ID); !slices.Equal(got, []string{workflows.UpdateRenew, workflows.UpdateExtend}) {
+		if got := l.acceptedUpdates(t, r.ID); !slices.Equal(got, []string{reservationsact.UpdateRenew, reservationsact.UpdateExtend}) {
 			t.Fatalf("updates accepted before release = %v, want [renew extend]", got)
 		}
 
@@ -183,10 +183,10 @@ func TestReservationLifecycle(t *testing.T) {
 			WHERE a.reservation_id = $1 AND (upper_inf(b.during) OR upper(b.during) > now() + interval '1 second')`, r.ID); n != 0 {
 			t.Fatalf("%d bookings of the released reservation still run past now", n)
 		}
-		if res := l.result(t, r.ID); res != (workflows.ReservationResult{State: "released", Reason: "release"}) {
+		if res := l.result(t, r.ID); res != (reservationsact.ReservationResult{State: "released", Reason: "release"}) {
 			t.Fatalf("workflow result = %+v", res)
 		}
-		if got := l.acceptedUpdates(t, r.ID); !slices.Equal(got, []string{workflows.UpdateRenew, workflows.UpdateExtend, workflows.UpdateRelease}) {
+		if got := l.acceptedUpdates(t, r.ID); !slices.Equal(got, []string{reservationsact.UpdateRenew, reservationsact.UpdateExtend, reservationsact.UpdateRelease}) {
 			t.Fatalf("updates accepted = %v", got)
 		}
 
@@ -234,7 +234,7 @@ func TestReservationLifecycle(t *testing.T) {
 		lease := int64(2)
 		r := l.reserve(t, "life-lease", 1, nil, 3600, &lease)
 		l.waitState(t, r.ID, "released")
-		if res := l.result(t, r.ID); res != (workflows.ReservationResult{State: "released", Reason: "lease"}) {
+		if res := l.result(t, r.ID); res != (reservationsact.ReservationResult{State: "released", Reason: "lease"}) {
 			t.Fatalf("workflow result = %+v", res)
 		}
 		if n := l.count(t, `SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
@@ -250,7 +250,7 @@ func TestReservationLifecycle(t *testing.T) {
 		if err != nil || cancelled.State != "cancelled" {
 			t.Fatalf("reservations.cancel = %+v, %v", cancelled, err)
 		}
-		if res := l.result(t, r.ID); res != (workflows.ReservationResult{State: "cancelled", Reason: "cancel"}) {
+		if res := l.result(t, r.ID); res != (reservationsact.ReservationResult{State: "cancelled", Reason: "cancel"}) {
 			t.Fatalf("workflow result = %+v", res)
 		}
 		if n := l.count(t, `SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
@@ -303,7 +303,7 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		sched := l.stack.Client().ScheduleClient().GetHandle(ctx, workflows.ReconcileReservationsScheduleID)
+		sched := l.stack.Client().ScheduleClient().GetHandle(ctx, reservationsact.ReconcileReservationsScheduleID)
 		var lastTrigger time.Time
 		testutil.EventuallyNil(t, lifecycleDeadline, func() error {
 			// A trigger while a run is in flight is skipped (the schedule's
@@ -326,7 +326,7 @@ func TestReservationLifecycle(t *testing.T) {
 			return nil
 		})
 		desc, err := l.stack.Client().DescribeWorkflowExecution(ctx, id, "")
-		if err != nil || desc.GetWorkflowExecutionInfo().GetType().GetName() != workflows.ReservationWorkflowName ||
+		if err != nil || desc.GetWorkflowExecutionInfo().GetType().GetName() != reservationsact.ReservationWorkflowName ||
 			desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			t.Fatalf("the lost reservation's workflow: %v, %v", desc, err)
 		}

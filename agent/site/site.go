@@ -2,9 +2,9 @@
 // token, holds the site's boot lease (site:<siteId>:boot) with a fencing
 // epoch, and while it holds the lease runs a Temporal worker on the site's
 // task queue (site-<siteId>) serving the activities that must run inside
-// the site's network — today the health activity (workflows.
-// ActivitySiteHealth), which the control plane calls with
-// workflows.SiteHealthWorkflow.
+// the site's network — today the health activity
+// (sites.ActivitySiteHealth), which the control plane calls with
+// sites.SiteHealthWorkflow.
 //
 // Many agents may run for one site; only the lease holder serves. It
 // renews the lease every third of its ttl and stops serving as soon as it
@@ -35,7 +35,7 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/workers/temporalclient"
-	"github.com/better-compute/better-compute/workflows"
+	"github.com/better-compute/better-compute/workflows/sites"
 )
 
 // Paths of the site agent's endpoints.
@@ -45,7 +45,7 @@ const (
 )
 
 // ActivityHealth is the name of the health activity the agent serves.
-const ActivityHealth = workflows.ActivitySiteHealth
+const ActivityHealth = sites.ActivitySiteHealth
 
 // Default backoff bounds between attempts to take the lease.
 const (
@@ -232,7 +232,7 @@ func (a *agent) serve(ctx context.Context, tc client.Client, reg registration, d
 	h := &health{siteID: reg.SiteID, holder: a.o.Holder, epoch: reg.Lease.Epoch}
 	h.valid.Store(true)
 	w := worker.New(tc, reg.TaskQueue, worker.Options{Identity: a.o.Holder + "@" + reg.TaskQueue})
-	workflows.RegisterSiteAgent(w, h.SiteHealth)
+	sites.RegisterAgent(w, h.SiteHealth)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("site: start the worker: %w", err)
 	}
@@ -339,13 +339,13 @@ type health struct {
 // SiteHealth answers who serves the site, under which epoch, and when. It
 // fails once the term ended, so a task that reaches a stopping worker is
 // retried on the new holder's.
-func (h *health) SiteHealth(_ context.Context, siteID string) (workflows.SiteHealth, error) {
+func (h *health) SiteHealth(_ context.Context, siteID string) (sites.SiteHealth, error) {
 	if siteID != h.siteID {
-		return workflows.SiteHealth{}, temporal.NewNonRetryableApplicationError(
+		return sites.SiteHealth{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("this agent serves site %s, not %s", h.siteID, siteID), "WrongSite", nil)
 	}
 	if !h.valid.Load() {
-		return workflows.SiteHealth{}, errLeaseLost
+		return sites.SiteHealth{}, errLeaseLost
 	}
-	return workflows.SiteHealth{SiteID: h.siteID, Holder: h.holder, Epoch: h.epoch, Time: time.Now().UTC()}, nil
+	return sites.SiteHealth{SiteID: h.siteID, Holder: h.holder, Epoch: h.epoch, Time: time.Now().UTC()}, nil
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workers"
-	"github.com/better-compute/better-compute/workflows"
+	"github.com/better-compute/better-compute/workflows/sites"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -103,14 +103,14 @@ func leaseOf(t *testing.T, st *store.Store, siteID string) (holder string, epoch
 	return holder, epoch
 }
 
-func siteHealth(t *testing.T, ctx context.Context, c client.Client, siteID string) workflows.SiteHealth {
+func siteHealth(t *testing.T, ctx context.Context, c client.Client, siteID string) sites.SiteHealth {
 	t.Helper()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: core.NewID("wf"), TaskQueue: workers.ControlPlaneQueue},
-		workflows.SiteHealthWorkflowName, workflows.SiteHealthInput{SiteID: siteID})
+		sites.SiteHealthWorkflowName, sites.SiteHealthInput{SiteID: siteID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h workflows.SiteHealth
+	var h sites.SiteHealth
 	if err := run.Get(ctx, &h); err != nil {
 		t.Fatalf("SiteHealthWorkflow: %v", err)
 	}

@@ -1,4 +1,4 @@
-package activities
+package reservations
 
 import (
 	"context"
@@ -10,76 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/better-compute/better-compute/activities/internal/fleet"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// seed inserts a site, a pool, a node with two GPUs and a reservation in
-// state with one allocation over both: gpu-0's booking has begun ([now-1h,
-// now+1h)), gpu-1's has not ([now+1h, now+2h)).
-func seed(t *testing.T, s *store.Store, state string) {
-	t.Helper()
-	ctx := context.Background()
-	for _, q := range []string{
-		`INSERT INTO sites (id, tenant_id, name, region, iam_region, kind, created_by)
-			VALUES ('site_1', 'ten_root', 's', 'eu', 'eu', 'shared', 'u')`,
-		`INSERT INTO pools (id, tenant_id, site_id, name, class, gpu_model, gpu_memory_gb, agent, created_by)
-			VALUES ('pool_1', 'ten_root', 'site_1', 'p', 'metal-host', 'h100', 80, 'bcd', 'u')`,
-		`INSERT INTO nodes (id, tenant_id, pool_id, name) VALUES ('node_1', 'ten_root', 'pool_1', 'n')`,
-		`INSERT INTO devices (node_id, device_id, tenant_id, pool_id, class, bookable, attributes)
-			VALUES ('node_1', 'gpu-0', 'ten_root', 'pool_1', 'gpu', true, '{"index": 0}'),
-				('node_1', 'gpu-1', 'ten_root', 'pool_1', 'gpu', true, '{"index": 1}')`,
-		`INSERT INTO reservations (id, tenant_id, owner_identity_id, pool_id, state, devices, starts_at, ends_at)
-			VALUES ('res_1', 'ten_a', 'usr_1', 'pool_1', '` + state + `', '{"class": "gpu", "count": 2}', now() - interval '1 hour', now() + interval '1 hour')`,
-		`INSERT INTO allocations (id, tenant_id, reservation_id, node_id, atoms)
-			VALUES ('alloc_1', 'ten_a', 'res_1', 'node_1', '{gpu-0,gpu-1}')`,
-		`INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind) VALUES
-			('node_1', 'gpu-0', 'alloc_1', 'ten_a', 'pool_1', tstzrange(now() - interval '1 hour', now() + interval '1 hour'), 'hold'),
-			('node_1', 'gpu-1', 'alloc_1', 'ten_a', 'pool_1', tstzrange(now() + interval '1 hour', now() + interval '2 hours'), 'hold')`,
-	} {
-		if _, err := s.Pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-}
-
-func state(t *testing.T, s *store.Store) string {
-	t.Helper()
-	var st string
-	if err := s.Pool.QueryRow(context.Background(), `SELECT state FROM reservations WHERE id = 'res_1'`).Scan(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-type booking struct {
-	device       string
-	lower, upper time.Time
-}
-
-func bookings(t *testing.T, s *store.Store) []booking {
-	t.Helper()
-	rows, err := s.Pool.Query(context.Background(), `SELECT device_id, lower(during), upper(during)
-		FROM device_bookings WHERE allocation_id = 'alloc_1' ORDER BY device_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []booking
-	for rows.Next() {
-		var b booking
-		if err := rows.Scan(&b.device, &b.lower, &b.upper); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
@@ -91,34 +27,34 @@ func wantCode(t *testing.T, err error, code string) {
 
 func TestMarkActiveThenReleaseCutsTheBookingsOnce(t *testing.T) {
 	s := testenv.Store(t)
-	seed(t, s, "placed")
+	fleet.Seed(t, s, "placed")
 	ctx := context.Background()
 	a := &Reservations{Store: s}
-	before := bookings(t, s)
+	before := fleet.Bookings(t, s)
 
 	for range 2 { // the second call is a retry finding it active
 		if got, err := a.MarkActive(ctx, "ten_a", "res_1"); err != nil || got != "active" {
 			t.Fatalf("MarkActive = %q, %v", got, err)
 		}
-		if got := state(t, s); got != "active" {
+		if got := fleet.State(t, s); got != "active" {
 			t.Fatalf("state = %s", got)
 		}
 	}
-	if got := bookings(t, s); len(got) != 2 || !got[0].upper.Equal(before[0].upper) {
+	if got := fleet.Bookings(t, s); len(got) != 2 || !got[0].Upper.Equal(before[0].Upper) {
 		t.Fatalf("activation touched the bookings: %+v", got)
 	}
 
 	if err := a.Release(ctx, "ten_a", "res_1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := state(t, s); got != "released" {
+	if got := fleet.State(t, s); got != "released" {
 		t.Fatalf("state = %s", got)
 	}
-	cut := bookings(t, s)
-	if len(cut) != 1 || cut[0].device != "gpu-0" {
+	cut := fleet.Bookings(t, s)
+	if len(cut) != 1 || cut[0].Device != "gpu-0" {
 		t.Fatalf("bookings after release = %+v, want gpu-0's cut and gpu-1's (not begun) gone", cut)
 	}
-	if !cut[0].lower.Equal(before[0].lower) || !cut[0].upper.Before(before[0].upper) || !cut[0].upper.After(cut[0].lower) {
+	if !cut[0].Lower.Equal(before[0].Lower) || !cut[0].Upper.Before(before[0].Upper) || !cut[0].Upper.After(cut[0].Lower) {
 		t.Fatalf("gpu-0 booking %+v not cut to now (was %+v)", cut[0], before[0])
 	}
 	// The atom is free from now on: another booking from now fits.
@@ -131,10 +67,10 @@ func TestMarkActiveThenReleaseCutsTheBookingsOnce(t *testing.T) {
 	if err := a.Release(ctx, "ten_a", "res_1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := state(t, s); got != "released" {
+	if got := fleet.State(t, s); got != "released" {
 		t.Fatalf("state = %s", got)
 	}
-	if again := bookings(t, s); len(again) != 1 || !again[0].upper.Equal(cut[0].upper) {
+	if again := fleet.Bookings(t, s); len(again) != 1 || !again[0].Upper.Equal(cut[0].Upper) {
 		t.Fatalf("second release changed the bookings: %+v", again)
 	}
 	// A released reservation is never activated again.
@@ -167,19 +103,19 @@ func TestMarkActiveThenReleaseCutsTheBookingsOnce(t *testing.T) {
 
 func TestMarkActiveFindsACancelledReservation(t *testing.T) {
 	s := testenv.Store(t)
-	seed(t, s, "cancelled")
+	fleet.Seed(t, s, "cancelled")
 	got, err := (&Reservations{Store: s}).MarkActive(context.Background(), "ten_a", "res_1")
 	if err != nil || got != "cancelled" {
 		t.Fatalf("MarkActive = %q, %v; want cancelled", got, err)
 	}
-	if st := state(t, s); st != "cancelled" {
+	if st := fleet.State(t, s); st != "cancelled" {
 		t.Fatalf("state = %s", st)
 	}
 }
 
 func TestExpireReleasesAndCuts(t *testing.T) {
 	s := testenv.Store(t)
-	seed(t, s, "active")
+	fleet.Seed(t, s, "active")
 	ctx := context.Background()
 	a := &Reservations{Store: s}
 
@@ -188,7 +124,7 @@ func TestExpireReleasesAndCuts(t *testing.T) {
 	if err != nil || got.Released || got.End < time.Now().Add(50*time.Minute).UnixMilli() {
 		t.Fatalf("Expire before the end = %+v, %v", got, err)
 	}
-	if st := state(t, s); st != "active" {
+	if st := fleet.State(t, s); st != "active" {
 		t.Fatalf("state = %s", st)
 	}
 
@@ -199,27 +135,27 @@ func TestExpireReleasesAndCuts(t *testing.T) {
 		if got, err := a.Expire(ctx, "ten_a", "res_1"); err != nil || !got.Released {
 			t.Fatalf("Expire = %+v, %v", got, err)
 		}
-		if got := state(t, s); got != "released" {
+		if got := fleet.State(t, s); got != "released" {
 			t.Fatalf("state = %s", got)
 		}
 	}
-	if got := bookings(t, s); len(got) != 1 || got[0].device != "gpu-0" || !got[0].upper.Before(time.Now().Add(time.Minute)) {
+	if got := fleet.Bookings(t, s); len(got) != 1 || got[0].Device != "gpu-0" || !got[0].Upper.Before(time.Now().Add(time.Minute)) {
 		t.Fatalf("bookings after expiry = %+v", got)
 	}
 }
 
 func TestReservationActivitiesRefuse(t *testing.T) {
 	s := testenv.Store(t)
-	seed(t, s, "placed")
+	fleet.Seed(t, s, "placed")
 	ctx := context.Background()
 	a := &Reservations{Store: s}
 	wantCode(t, a.Release(ctx, "ten_a", "res_1"), "INVALID_STATE")
 	_, err := a.MarkActive(ctx, "ten_b", "res_1")
 	wantCode(t, err, "NOT_FOUND")
-	if got := state(t, s); got != "placed" {
+	if got := fleet.State(t, s); got != "placed" {
 		t.Fatalf("state = %s", got)
 	}
-	if got := bookings(t, s); len(got) != 2 {
+	if got := fleet.Bookings(t, s); len(got) != 2 {
 		t.Fatalf("a refused release touched the bookings: %+v", got)
 	}
 }
@@ -242,7 +178,7 @@ func commandsOf(t *testing.T, s *store.Store) []string {
 // the release queues its cdi.withdraw.
 func TestBindThenReleaseWithdraws(t *testing.T) {
 	s := testenv.Store(t)
-	seed(t, s, "placed")
+	fleet.Seed(t, s, "placed")
 	ctx := context.Background()
 	a := &Reservations{Store: s}
 	for range 2 { // a retry queues nothing twice
@@ -280,7 +216,7 @@ func TestBindThenReleaseWithdraws(t *testing.T) {
 
 func TestFailBindingFreesTheAtoms(t *testing.T) {
 	s := testenv.Store(t)
-	seed(t, s, "placed")
+	fleet.Seed(t, s, "placed")
 	ctx := context.Background()
 	a := &Reservations{Store: s}
 	if _, err := a.Bind(ctx, "ten_a", "res_1", time.Minute); err != nil {
@@ -299,10 +235,10 @@ func TestFailBindingFreesTheAtoms(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := state(t, s); st != "failed" {
+	if st := fleet.State(t, s); st != "failed" {
 		t.Fatalf("state = %s", st)
 	}
-	if got := bookings(t, s); len(got) != 1 || !got[0].upper.Before(time.Now().Add(time.Minute)) {
+	if got := fleet.Bookings(t, s); len(got) != 1 || !got[0].Upper.Before(time.Now().Add(time.Minute)) {
 		t.Fatalf("bookings after the failure = %+v", got)
 	}
 	if cmds := commandsOf(t, s); len(cmds) != 2 || !strings.HasPrefix(cmds[1], "cdi.withdraw") {
@@ -314,7 +250,7 @@ func TestFailBindingFreesTheAtoms(t *testing.T) {
 // frees its atoms from the preempting reservation's start.
 func TestPreemptAnActiveSpotReservation(t *testing.T) {
 	s := testenv.Store(t)
-	seed(t, s, "active")
+	fleet.Seed(t, s, "active")
 	ctx := context.Background()
 	if _, err := s.Pool.Exec(ctx, `UPDATE reservations SET spot = true WHERE id = 'res_1'`); err != nil {
 		t.Fatal(err)
@@ -332,7 +268,7 @@ func TestPreemptAnActiveSpotReservation(t *testing.T) {
 	if st != "released" || !strings.Contains(failure, `"preempted"`) || !strings.Contains(failure, "rsv_x") {
 		t.Fatalf("state %s, failure %s", st, failure)
 	}
-	if got := bookings(t, s); len(got) != 1 || got[0].device != "gpu-0" || !got[0].upper.Equal(at) {
+	if got := fleet.Bookings(t, s); len(got) != 1 || got[0].Device != "gpu-0" || !got[0].Upper.Equal(at) {
 		t.Fatalf("bookings = %+v, want gpu-0's cut at %v and gpu-1's gone", got, at)
 	}
 }

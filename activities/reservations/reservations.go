@@ -1,4 +1,7 @@
-package activities
+// Package reservations holds the activities of the reservation workflows
+// (workflows/reservations), and the names, parameters and results that the
+// workflows, the API and other domains' activities share with them.
+package reservations
 
 import (
 	"context"
@@ -11,13 +14,12 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/better-compute/better-compute/core"
-	"github.com/better-compute/better-compute/core/reservations"
+	states "github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/store"
-	"github.com/better-compute/better-compute/workflows"
 )
 
 // Reservations is the activity side of the reservation workflow
-// (workflows.ReservationWorkflow). Every activity is idempotent: it locks
+// (workflows/reservations). Every activity is idempotent: it locks
 // the reservation row, reads where the state already is and walks only the
 // edges that are left, each through core/reservations.Transition, in one
 // transaction. A retry after a crash therefore finds the state advanced and
@@ -50,9 +52,9 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 			return started, err
 		}
 		for _, u := range page {
-			p := workflows.ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
+			p := ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
 				LeaseSeconds: u.LeaseSeconds, Active: u.Active, LeaseDeadline: u.LeaseDeadline}
-			if err := workflows.StartReservation(ctx, r.Temporal, r.TaskQueue, p); err != nil {
+			if err := StartReservation(ctx, r.Temporal, r.TaskQueue, p); err != nil {
 				return started, err
 			}
 			if err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -72,25 +74,25 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 // API cancelled it while the workflow was waiting); any other state is a
 // non-retryable INVALID_STATE.
 func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID string) (string, error) {
-	var end reservations.State
+	var end states.State
 	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		from, err := lockState(ctx, tx, tenantID, reservationID)
 		if err != nil {
 			return err
 		}
-		var path []reservations.State
+		var path []states.State
 		switch from {
-		case reservations.Active, reservations.Cancelled:
+		case states.Active, states.Cancelled:
 			end = from
 			return nil
-		case reservations.Placed:
-			path = []reservations.State{reservations.Binding, reservations.Active}
-		case reservations.Binding:
-			path = []reservations.State{reservations.Active}
+		case states.Placed:
+			path = []states.State{states.Binding, states.Active}
+		case states.Binding:
+			path = []states.State{states.Active}
 		default:
-			return invalidState(reservationID, from, reservations.Active)
+			return invalidState(reservationID, from, states.Active)
 		}
-		end = reservations.Active
+		end = states.Active
 		if err := walk(ctx, tx, tenantID, reservationID, from, path); err != nil {
 			return err
 		}
@@ -107,25 +109,25 @@ func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID s
 // binding, or active or cancelled as found (a retry, or the API cancelled
 // it); any other state is a non-retryable INVALID_STATE.
 func (r *Reservations) Bind(ctx context.Context, tenantID, reservationID string, bindTimeout time.Duration) (string, error) {
-	var end reservations.State
+	var end states.State
 	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		from, err := lockState(ctx, tx, tenantID, reservationID)
 		if err != nil {
 			return err
 		}
 		switch from {
-		case reservations.Active, reservations.Cancelled:
+		case states.Active, states.Cancelled:
 			end = from
 			return nil
-		case reservations.Placed:
-			if err := walk(ctx, tx, tenantID, reservationID, from, []reservations.State{reservations.Binding}); err != nil {
+		case states.Placed:
+			if err := walk(ctx, tx, tenantID, reservationID, from, []states.State{states.Binding}); err != nil {
 				return err
 			}
-		case reservations.Binding:
+		case states.Binding:
 		default:
-			return invalidState(reservationID, from, reservations.Binding)
+			return invalidState(reservationID, from, states.Binding)
 		}
-		end = reservations.Binding
+		end = states.Binding
 		err = store.QueueBindCommands(ctx, tx, reservationID, time.Now().Add(bindTimeout))
 		if ce := core.AsError(err); err != nil && ce.Code == core.CodeInvalidInput {
 			return temporal.NewNonRetryableApplicationError(ce.Message, string(core.CodeInvalidState), err)
@@ -146,8 +148,8 @@ func (r *Reservations) BindStatus(ctx context.Context, tenantID, reservationID s
 			reservationID, tenantID).Scan(&st); err != nil {
 			return err
 		}
-		if reservations.State(st) == reservations.Cancelled {
-			status = string(reservations.Cancelled)
+		if states.State(st) == states.Cancelled {
+			status = string(states.Cancelled)
 			return nil
 		}
 		var err error
@@ -163,7 +165,7 @@ func (r *Reservations) BindStatus(ctx context.Context, tenantID, reservationID s
 func (r *Reservations) FailBinding(ctx context.Context, tenantID, reservationID, reason string) error {
 	return r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		from, err := lockState(ctx, tx, tenantID, reservationID)
-		if err != nil || from != reservations.Binding {
+		if err != nil || from != states.Binding {
 			return err
 		}
 		failure, err := json.Marshal(map[string]any{"code": core.CodeUnavailable,
@@ -171,7 +173,7 @@ func (r *Reservations) FailBinding(ctx context.Context, tenantID, reservationID,
 		if err != nil {
 			return err
 		}
-		if err := store.SetReservationState(ctx, tx, tenantID, reservationID, from, reservations.Failed, failure); err != nil {
+		if err := store.SetReservationState(ctx, tx, tenantID, reservationID, from, states.Failed, failure); err != nil {
 			return err
 		}
 		return store.CutReservationBookings(ctx, tx, tenantID, reservationID)
@@ -183,8 +185,8 @@ func (r *Reservations) FailBinding(ctx context.Context, tenantID, reservationID,
 // transaction. A released reservation succeeds unchanged. When the row's
 // end is still ahead (an extension the workflow has not heard of), nothing
 // changes and the answer carries the new end.
-func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID string) (workflows.ExpireResult, error) {
-	var out workflows.ExpireResult
+func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID string) (ExpireResult, error) {
+	var out ExpireResult
 	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		from, err := lockState(ctx, tx, tenantID, reservationID)
 		if err != nil {
@@ -195,7 +197,7 @@ func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID strin
 			FROM reservations WHERE id = $1`, reservationID).Scan(&ahead, &out.End); err != nil {
 			return err
 		}
-		if ahead && from == reservations.Active {
+		if ahead && from == states.Active {
 			return nil
 		}
 		out.Released = true
@@ -220,22 +222,22 @@ func (r *Reservations) Release(ctx context.Context, tenantID, reservationID stri
 
 // finish walks the locked reservation to released and cuts its bookings in
 // the transaction that reaches released, so they are cut exactly once.
-func finish(ctx context.Context, tx store.Tx, tenantID, id string, from reservations.State, expire bool) error {
-	var path []reservations.State
+func finish(ctx context.Context, tx store.Tx, tenantID, id string, from states.State, expire bool) error {
+	var path []states.State
 	switch from {
-	case reservations.Released:
+	case states.Released:
 		return nil
-	case reservations.Active:
+	case states.Active:
 		if expire {
-			path = append(path, reservations.Expired)
+			path = append(path, states.Expired)
 		}
-		path = append(path, reservations.Releasing, reservations.Released)
-	case reservations.Expired:
-		path = []reservations.State{reservations.Releasing, reservations.Released}
-	case reservations.Releasing:
-		path = []reservations.State{reservations.Released}
+		path = append(path, states.Releasing, states.Released)
+	case states.Expired:
+		path = []states.State{states.Releasing, states.Released}
+	case states.Releasing:
+		path = []states.State{states.Released}
 	default:
-		return invalidState(id, from, reservations.Released)
+		return invalidState(id, from, states.Released)
 	}
 	if err := walk(ctx, tx, tenantID, id, from, path); err != nil {
 		return err
@@ -245,7 +247,7 @@ func finish(ctx context.Context, tx store.Tx, tenantID, id string, from reservat
 
 // lockState reads and locks the reservation's state; an unknown reservation
 // (or another tenant's) is a non-retryable NOT_FOUND.
-func lockState(ctx context.Context, tx store.Tx, tenantID, id string) (reservations.State, error) {
+func lockState(ctx context.Context, tx store.Tx, tenantID, id string) (states.State, error) {
 	s, err := store.LockReservationState(ctx, tx, tenantID, id)
 	if ce := core.AsError(err); err != nil && ce.Code == core.CodeNotFound {
 		return "", temporal.NewNonRetryableApplicationError(ce.Message, string(core.CodeNotFound), nil)
@@ -255,7 +257,7 @@ func lockState(ctx context.Context, tx store.Tx, tenantID, id string) (reservati
 
 // walk moves the locked reservation from along path, one checked edge at a
 // time.
-func walk(ctx context.Context, tx store.Tx, tenantID, id string, from reservations.State, path []reservations.State) error {
+func walk(ctx context.Context, tx store.Tx, tenantID, id string, from states.State, path []states.State) error {
 	for _, to := range path {
 		if err := store.SetReservationState(ctx, tx, tenantID, id, from, to, nil); err != nil {
 			if ce := core.AsError(err); ce.Code == core.CodeInvalidState {
@@ -268,7 +270,7 @@ func walk(ctx context.Context, tx store.Tx, tenantID, id string, from reservatio
 	return nil
 }
 
-func invalidState(id string, from, to reservations.State) error {
+func invalidState(id string, from, to states.State) error {
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("reservation %s is %s and cannot become %s", id, from, to), string(core.CodeInvalidState), nil)
 }

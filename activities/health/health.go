@@ -1,12 +1,19 @@
-// Package activities holds the activity implementations, grouped by what
-// they touch. Each group is a struct holding its dependencies.
-package activities
+// Package health holds the activity of the health-check workflow
+// (workflows/health) and the names both sides use.
+package health
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/better-compute/better-compute/store"
+)
+
+// Names as registered; they are persisted in workflow histories and the API
+// starts the workflow by its name, so they never change.
+const (
+	WorkflowName = "HealthCheck"
+	ActivityEcho = "HealthEcho"
 )
 
 // Health is the activity side of the health-check workflow.

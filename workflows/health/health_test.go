@@ -1,12 +1,17 @@
-package workflows
+package health
 
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 
-	"go.temporal.io/sdk/activity"
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/testsuite"
+
+	activities "github.com/better-compute/better-compute/activities/health"
+	"github.com/better-compute/better-compute/internal/temporaltest"
 )
 
 func TestHealthCheckEchoesThroughTheActivity(t *testing.T) {
@@ -25,7 +30,8 @@ func TestHealthCheckEchoesThroughTheActivity(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var s testsuite.WorkflowTestSuite
 			env := s.NewTestWorkflowEnvironment()
-			env.RegisterActivityWithOptions(c.echo, activity.RegisterOptions{Name: "HealthEcho"})
+			Register(env, &activities.Health{})
+			env.OnActivity("HealthEcho", mock.Anything, mock.Anything).Return(c.echo)
 			env.ExecuteWorkflow(HealthCheck, "nonce-1")
 			if !env.IsWorkflowCompleted() {
 				t.Fatal("workflow did not complete")
@@ -41,5 +47,16 @@ func TestHealthCheckEchoesThroughTheActivity(t *testing.T) {
 				t.Fatalf("result = %q, %v", got, err)
 			}
 		})
+	}
+}
+
+func TestRegisterKeepsThePersistedNames(t *testing.T) {
+	r := temporaltest.NewRegistry()
+	Register(r, &activities.Health{})
+	if want := []string{"HealthCheck"}; !slices.Equal(r.Workflows, want) {
+		t.Errorf("workflows = %q, want %q", r.Workflows, want)
+	}
+	if want := map[string]string{"HealthEcho": "HealthEcho"}; len(r.Activities) != len(want) || !maps.Equal(r.Methods, want) {
+		t.Errorf("activities = %q (%v), want %v", r.Activities, r.Methods, want)
 	}
 }

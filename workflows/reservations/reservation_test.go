@@ -1,15 +1,18 @@
-package workflows
+package reservations
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/activity"
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+
+	activities "github.com/better-compute/better-compute/activities/reservations"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -37,38 +40,48 @@ func (r *recorder) record(name, tenantID, id string) error {
 	return nil
 }
 
+// register registers the domain as the worker does, then stands in for
+// each activity by the name it must be scheduled under.
 func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
 	r.env = env
-	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string, _ time.Duration) (string, error) {
+	Register(env, &activities.Reservations{})
+	on := func(name string, fn any) {
+		args := make([]any, reflect.TypeOf(fn).NumIn())
+		for i := range args {
+			args[i] = mock.Anything
+		}
+		env.OnActivity(name, args...).Return(fn)
+	}
+	on(activities.ActivityBind, func(_ context.Context, tenantID, id string, _ time.Duration) (string, error) {
 		return "binding", nil
-	}, activity.RegisterOptions{Name: ActivityBind})
-	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) (string, error) {
+	})
+	on(activities.ActivityBindStatus, func(_ context.Context, tenantID, id string) (string, error) {
 		if len(r.binding) == 0 {
 			return "bound", nil
 		}
 		st := r.binding[0]
 		r.binding = r.binding[1:]
 		return st, nil
-	}, activity.RegisterOptions{Name: ActivityBindStatus})
-	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id, reason string) error {
-		return r.record(ActivityFailBinding+"("+reason+")", tenantID, id)
-	}, activity.RegisterOptions{Name: ActivityFailBinding})
-	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) (string, error) {
+	})
+	on(activities.ActivityFailBinding, func(_ context.Context, tenantID, id, reason string) error {
+		return r.record(activities.ActivityFailBinding+"("+reason+")", tenantID, id)
+	})
+	on(activities.ActivityMarkActive, func(_ context.Context, tenantID, id string) (string, error) {
 		if r.activation == "" {
 			r.activation = "active"
 		}
-		return r.activation, r.record(ActivityMarkActive, tenantID, id)
-	}, activity.RegisterOptions{Name: ActivityMarkActive})
-	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) (ExpireResult, error) {
+		return r.activation, r.record(activities.ActivityMarkActive, tenantID, id)
+	})
+	on(activities.ActivityExpire, func(_ context.Context, tenantID, id string) (activities.ExpireResult, error) {
 		if end := r.extendedTo; end > 0 {
 			r.extendedTo = 0
-			return ExpireResult{End: end}, r.record(ActivityExpire+"(not yet)", tenantID, id)
+			return activities.ExpireResult{End: end}, r.record(activities.ActivityExpire+"(not yet)", tenantID, id)
 		}
-		return ExpireResult{Released: true}, r.record(ActivityExpire, tenantID, id)
-	}, activity.RegisterOptions{Name: ActivityExpire})
-	env.RegisterActivityWithOptions(func(_ context.Context, tenantID, id string) error {
-		return r.record(ActivityRelease, tenantID, id)
-	}, activity.RegisterOptions{Name: ActivityRelease})
+		return activities.ExpireResult{Released: true}, r.record(activities.ActivityExpire, tenantID, id)
+	})
+	on(activities.ActivityRelease, func(_ context.Context, tenantID, id string) error {
+		return r.record(activities.ActivityRelease, tenantID, id)
+	})
 }
 
 func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *recorder) {
@@ -80,12 +93,12 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *recorder) {
 	return env, r
 }
 
-func params(lease int64) ReservationParams {
-	return ReservationParams{TenantID: "t_1", ReservationID: "res_1",
+func params(lease int64) activities.ReservationParams {
+	return activities.ReservationParams{TenantID: "t_1", ReservationID: "res_1",
 		Start: t0.Add(time.Hour).UnixMilli(), End: t0.Add(5 * time.Hour).UnixMilli(), LeaseSeconds: lease}
 }
 
-func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) ReservationResult {
+func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) activities.ReservationResult {
 	t.Helper()
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("workflow did not complete")
@@ -93,7 +106,7 @@ func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) ReservationRes
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("workflow error: %v", err)
 	}
-	var res ReservationResult
+	var res activities.ReservationResult
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +143,7 @@ func TestReservationLeaseMissedIsReleased(t *testing.T) {
 	if res.State != "released" || res.Reason != "lease" {
 		t.Fatalf("result = %+v", res)
 	}
-	wantCalls(t, r, ActivityMarkActive, ActivityRelease)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityRelease)
 	if got := r.at[0]; !got.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("activated at %v, want the start", got)
 	}
@@ -145,7 +158,7 @@ func TestReservationRenewedIsKeptUntilEnd(t *testing.T) {
 	// Renew every 8 minutes (a 10-minute lease) from the start to past the end.
 	for d := time.Hour + 8*time.Minute; d < 5*time.Hour; d += 8 * time.Minute {
 		env.RegisterDelayedCallback(func() {
-			_, rej, _ := update(env, UpdateRenew, "renew-"+d.String())
+			_, rej, _ := update(env, activities.UpdateRenew, "renew-"+d.String())
 			rejected = append(rejected, rej)
 		}, d)
 	}
@@ -154,7 +167,7 @@ func TestReservationRenewedIsKeptUntilEnd(t *testing.T) {
 	if res.State != "released" || res.Reason != "end" {
 		t.Fatalf("result = %+v", res)
 	}
-	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityExpire)
 	if got := r.at[1]; !got.Equal(t0.Add(5 * time.Hour)) {
 		t.Fatalf("expired at %v, want the end", got)
 	}
@@ -172,7 +185,7 @@ func TestReservationReleaseUpdate(t *testing.T) {
 	env, r := newEnv(t)
 	var acc, rej *bool
 	var out *error
-	env.RegisterDelayedCallback(func() { acc, rej, out = update(env, UpdateRelease, "release-1") }, 2*time.Hour)
+	env.RegisterDelayedCallback(func() { acc, rej, out = update(env, activities.UpdateRelease, "release-1") }, 2*time.Hour)
 	env.ExecuteWorkflow(ReservationWorkflow, params(0))
 	res := result(t, env)
 	if res.State != "released" || res.Reason != "release" {
@@ -181,7 +194,7 @@ func TestReservationReleaseUpdate(t *testing.T) {
 	if !*acc || *rej || *out != nil {
 		t.Fatalf("release accepted %v rejected %v outcome %v", *acc, *rej, *out)
 	}
-	wantCalls(t, r, ActivityMarkActive, ActivityRelease)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityRelease)
 	if got := r.at[1]; !got.Equal(t0.Add(2 * time.Hour)) {
 		t.Fatalf("released at %v", got)
 	}
@@ -192,9 +205,9 @@ func TestReservationUpdatesRejected(t *testing.T) {
 	var beforeStart, noLease *bool
 	var noLeaseErr *error
 	// Before the start the reservation is not active: release is refused.
-	env.RegisterDelayedCallback(func() { _, beforeStart, _ = update(env, UpdateRelease, "early") }, 30*time.Minute)
+	env.RegisterDelayedCallback(func() { _, beforeStart, _ = update(env, activities.UpdateRelease, "early") }, 30*time.Minute)
 	// Active but without a lease: renew is refused.
-	env.RegisterDelayedCallback(func() { _, noLease, noLeaseErr = update(env, UpdateRenew, "renew") }, 2*time.Hour)
+	env.RegisterDelayedCallback(func() { _, noLease, noLeaseErr = update(env, activities.UpdateRenew, "renew") }, 2*time.Hour)
 	env.ExecuteWorkflow(ReservationWorkflow, params(0))
 	res := result(t, env)
 	if res.State != "released" || res.Reason != "end" {
@@ -206,7 +219,7 @@ func TestReservationUpdatesRejected(t *testing.T) {
 	if !*noLease || *noLeaseErr == nil {
 		t.Fatalf("renew without a lease: rejected %v, %v", *noLease, *noLeaseErr)
 	}
-	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityExpire)
 }
 
 func TestReservationContinuesAsNewAfterManyRenewals(t *testing.T) {
@@ -215,7 +228,7 @@ func TestReservationContinuesAsNewAfterManyRenewals(t *testing.T) {
 	t.Cleanup(func() { reservationMaxRenewals = old })
 	env, r := newEnv(t)
 	for i := 1; i <= 3; i++ {
-		env.RegisterDelayedCallback(func() { update(env, UpdateRenew, fmt.Sprint("renew-", i)) }, time.Hour+time.Duration(i)*time.Minute)
+		env.RegisterDelayedCallback(func() { update(env, activities.UpdateRenew, fmt.Sprint("renew-", i)) }, time.Hour+time.Duration(i)*time.Minute)
 	}
 	env.ExecuteWorkflow(ReservationWorkflow, params(600))
 	if !env.IsWorkflowCompleted() {
@@ -225,7 +238,7 @@ func TestReservationContinuesAsNewAfterManyRenewals(t *testing.T) {
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("workflow error = %v, want continue-as-new", err)
 	}
-	wantCalls(t, r, ActivityMarkActive)
+	wantCalls(t, r, activities.ActivityMarkActive)
 }
 
 func TestReservationExtendUpdateMovesTheEnd(t *testing.T) {
@@ -233,8 +246,8 @@ func TestReservationExtendUpdateMovesTheEnd(t *testing.T) {
 	var shorter, longer *bool
 	var out *error
 	env.RegisterDelayedCallback(func() {
-		_, shorter, _ = update(env, UpdateExtend, "shorter", t0.Add(4*time.Hour).UnixMilli())
-		_, longer, out = update(env, UpdateExtend, "longer", t0.Add(8*time.Hour).UnixMilli())
+		_, shorter, _ = update(env, activities.UpdateExtend, "shorter", t0.Add(4*time.Hour).UnixMilli())
+		_, longer, out = update(env, activities.UpdateExtend, "longer", t0.Add(8*time.Hour).UnixMilli())
 	}, 2*time.Hour)
 	env.ExecuteWorkflow(ReservationWorkflow, params(0))
 	res := result(t, env)
@@ -247,7 +260,7 @@ func TestReservationExtendUpdateMovesTheEnd(t *testing.T) {
 	if *longer || *out != nil {
 		t.Fatalf("extension rejected %v, %v", *longer, *out)
 	}
-	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityExpire)
 	if got := r.at[1]; !got.Equal(t0.Add(8 * time.Hour)) {
 		t.Fatalf("expired at %v, want the extended end", got)
 	}
@@ -261,7 +274,7 @@ func TestReservationMissedExtensionIsFoundAtTheOldEnd(t *testing.T) {
 	if res.State != "released" || res.Reason != "end" {
 		t.Fatalf("result = %+v", res)
 	}
-	wantCalls(t, r, ActivityMarkActive, ActivityExpire+"(not yet)", ActivityExpire)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityExpire+"(not yet)", activities.ActivityExpire)
 	if !r.at[1].Equal(t0.Add(5*time.Hour)) || !r.at[2].Equal(t0.Add(7*time.Hour)) {
 		t.Fatalf("expiry checked at %v, then %v; want the old end, then the row's", r.at[1], r.at[2])
 	}
@@ -269,7 +282,7 @@ func TestReservationMissedExtensionIsFoundAtTheOldEnd(t *testing.T) {
 
 func TestReservationCancelledBeforeItsStart(t *testing.T) {
 	env, r := newEnv(t)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalCancel, nil) }, 30*time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(activities.SignalCancel, nil) }, 30*time.Minute)
 	env.ExecuteWorkflow(ReservationWorkflow, params(0))
 	res := result(t, env)
 	if res.State != "cancelled" || res.Reason != "cancel" {
@@ -286,7 +299,7 @@ func TestReservationCancelledWhileActivating(t *testing.T) {
 	if res.State != "cancelled" {
 		t.Fatalf("result = %+v", res)
 	}
-	wantCalls(t, r, ActivityMarkActive)
+	wantCalls(t, r, activities.ActivityMarkActive)
 }
 
 func TestReservationBindingWaitsForTheAgent(t *testing.T) {
@@ -296,7 +309,7 @@ func TestReservationBindingWaitsForTheAgent(t *testing.T) {
 	if res := result(t, env); res.State != "released" || res.Reason != "end" {
 		t.Fatalf("result = %+v", res)
 	}
-	wantCalls(t, r, ActivityMarkActive, ActivityExpire)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityExpire)
 	if got := r.at[0]; !got.Equal(t0.Add(time.Hour + 3*bindPoll)) {
 		t.Fatalf("activated at %v, want three polls after the start", got)
 	}
@@ -320,7 +333,7 @@ func TestReservationBindingFails(t *testing.T) {
 			if res := result(t, env); res.State != "failed" || res.Reason != tc.reason {
 				t.Fatalf("result = %+v", res)
 			}
-			wantCalls(t, r, ActivityFailBinding+"("+tc.reason+")")
+			wantCalls(t, r, activities.ActivityFailBinding+"("+tc.reason+")")
 		})
 	}
 }

@@ -1,4 +1,11 @@
-package workflows
+// Package sites holds the site workflows. The control plane reaches a
+// site's network through the `bcd site` agent that holds the site's boot
+// lease, which serves the site's task queue (SiteTaskQueue). The workflows
+// run on the control-plane queue; only their activities run on the site's,
+// implemented by the agent (agent/site). So this package holds the names
+// and payloads both sides use and imports no activities: `bcd site` links
+// it without the store.
+package sites
 
 import (
 	"context"
@@ -10,12 +17,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Site workflows: the control plane reaches a site's network through the
-// `bcd site` agent that holds the site's boot lease, which serves the site's
-// task queue (SiteTaskQueue). The workflows run on the control-plane queue;
-// only their activities run on the site's.
-
-// Names of the site workflow and activity as registered.
+// Names of the site workflow and activity as registered. They are persisted
+// in workflow histories and callers start the workflow by its name, so they
+// never change.
 const (
 	SiteHealthWorkflowName = "SiteHealthWorkflow"
 	// ActivitySiteHealth is served by `bcd site` (agent/site) on the site's
@@ -48,8 +52,14 @@ type SiteHealthInput struct {
 // instead of waiting for one forever.
 const SiteHealthScheduleToStart = 30 * time.Second
 
+// Register registers the site workflows on the control plane's worker.
+func Register(r worker.Registry) {
+	r.RegisterWorkflowWithOptions(SiteHealthWorkflow, workflow.RegisterOptions{Name: SiteHealthWorkflowName})
+}
+
 // SiteHealthWorkflow asks the site's agent for its health: one SiteHealth
-// activity on the site's task queue.
+// activity on the site's task queue. It names the activity, as the one
+// implementation is in another binary.
 func SiteHealthWorkflow(ctx workflow.Context, in SiteHealthInput) (SiteHealth, error) {
 	if in.SiteID == "" {
 		return SiteHealth{}, temporal.NewNonRetryableApplicationError("a site id is required", "InvalidInput", nil)
@@ -65,9 +75,9 @@ func SiteHealthWorkflow(ctx workflow.Context, in SiteHealthInput) (SiteHealth, e
 	return h, err
 }
 
-// RegisterSiteAgent registers what `bcd site` serves on a site's queue:
+// RegisterAgent registers what `bcd site` serves on a site's queue:
 // health, the SiteHealth activity of one lease term. It takes no store, so
 // the site agent links none.
-func RegisterSiteAgent(r worker.ActivityRegistry, health func(ctx context.Context, siteID string) (SiteHealth, error)) {
+func RegisterAgent(r worker.ActivityRegistry, health func(ctx context.Context, siteID string) (SiteHealth, error)) {
 	r.RegisterActivityWithOptions(health, activity.RegisterOptions{Name: ActivitySiteHealth})
 }

@@ -1,4 +1,7 @@
-package activities
+// Package nodes holds the activities of the node drain workflow
+// (workflows/nodes), and the names and parameters the workflow and the API
+// share with them.
+package nodes
 
 import (
 	"context"
@@ -9,9 +12,9 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/store"
-	"github.com/better-compute/better-compute/workflows"
 )
 
 // Nodes is the activity side of the node drain workflow.
@@ -32,12 +35,12 @@ type liveReservation struct {
 // -1 when the node is no longer draining. In release mode it first releases
 // the active ones (through their workflows' release update, or directly when
 // a reservation has no workflow run) and cancels those not begun.
-func (n *Nodes) DrainStep(ctx context.Context, p workflows.NodeDrainParams) (int, error) {
+func (n *Nodes) DrainStep(ctx context.Context, p NodeDrainParams) (int, error) {
 	draining, live, err := n.drainState(ctx, p)
 	if err != nil || !draining {
 		return -1, err
 	}
-	if p.Mode != workflows.DrainRelease || len(live) == 0 {
+	if p.Mode != DrainRelease || len(live) == 0 {
 		return len(live), nil
 	}
 	for _, r := range live {
@@ -60,7 +63,7 @@ func (n *Nodes) DrainStep(ctx context.Context, p workflows.NodeDrainParams) (int
 
 // MarkDrained marks a draining node drained; false when it stopped
 // draining meanwhile.
-func (n *Nodes) MarkDrained(ctx context.Context, p workflows.NodeDrainParams) (bool, error) {
+func (n *Nodes) MarkDrained(ctx context.Context, p NodeDrainParams) (bool, error) {
 	var marked bool
 	err := n.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE nodes SET drain_state = 'drained', updated_at = now()
@@ -74,7 +77,7 @@ func (n *Nodes) MarkDrained(ctx context.Context, p workflows.NodeDrainParams) (b
 	return marked, err
 }
 
-func (n *Nodes) drainState(ctx context.Context, p workflows.NodeDrainParams) (bool, []liveReservation, error) {
+func (n *Nodes) drainState(ctx context.Context, p NodeDrainParams) (bool, []liveReservation, error) {
 	var draining bool
 	var live []liveReservation
 	err := n.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
@@ -109,7 +112,7 @@ func (n *Nodes) drainState(ctx context.Context, p workflows.NodeDrainParams) (bo
 // bookings; without a workflow run the release is done here.
 func (n *Nodes) release(ctx context.Context, r liveReservation) error {
 	h, err := n.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: r.ID, UpdateName: workflows.UpdateRelease, WaitForStage: client.WorkflowUpdateStageCompleted,
+		WorkflowID: r.ID, UpdateName: reservationsact.UpdateRelease, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err == nil {
 		var final string
@@ -117,7 +120,7 @@ func (n *Nodes) release(ctx context.Context, r liveReservation) error {
 	}
 	var gone *serviceerror.NotFound
 	if errors.As(err, &gone) {
-		return (&Reservations{Store: n.Store}).Release(ctx, r.TenantID, r.ID)
+		return (&reservationsact.Reservations{Store: n.Store}).Release(ctx, r.TenantID, r.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("release reservation %s: %w", r.ID, err)
@@ -143,7 +146,7 @@ func (n *Nodes) cancel(ctx context.Context, r liveReservation) error {
 		return err
 	}
 	if n.Temporal != nil {
-		_ = n.Temporal.SignalWorkflow(ctx, r.ID, "", workflows.SignalCancel, nil)
+		_ = n.Temporal.SignalWorkflow(ctx, r.ID, "", reservationsact.SignalCancel, nil)
 	}
 	return nil
 }

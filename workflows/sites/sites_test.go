@@ -1,14 +1,17 @@
-package workflows
+package sites
 
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/better-compute/better-compute/internal/temporaltest"
 )
 
 func TestSiteHealthRunsOnTheSiteQueue(t *testing.T) {
@@ -59,5 +62,21 @@ func TestSiteHealthRunsOnTheSiteQueue(t *testing.T) {
 				t.Fatalf("result = %+v, %v; want %+v", got, err, c.want)
 			}
 		})
+	}
+}
+
+func TestRegisterKeepsThePersistedNames(t *testing.T) {
+	r := temporaltest.NewRegistry()
+	Register(r)
+	if want := []string{"SiteHealthWorkflow"}; !slices.Equal(r.Workflows, want) || len(r.Activities) != 0 {
+		t.Errorf("control plane: workflows = %q, activities = %q; want %q and none", r.Workflows, r.Activities, want)
+	}
+	agent := temporaltest.NewRegistry()
+	RegisterAgent(agent, func(context.Context, string) (SiteHealth, error) { return SiteHealth{}, nil })
+	if want := []string{"SiteHealth"}; !slices.Equal(agent.Activities, want) || len(agent.Workflows) != 0 {
+		t.Errorf("site agent: activities = %q, workflows = %q; want %q and none", agent.Activities, agent.Workflows, want)
+	}
+	if got := SiteTaskQueue("site_1"); got != "site-site_1" {
+		t.Errorf("site task queue = %q", got)
 	}
 }

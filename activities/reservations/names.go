@@ -1,0 +1,95 @@
+package reservations
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+)
+
+// Names of the reservation workflows, their updates, signal, activities and
+// schedule. They are persisted in workflow histories and schedules, and the
+// API starts, updates and signals the workflows by them, so they never
+// change. They live here, not with the workflows, because activities start
+// (Reconcile), update and signal (the node drain) reservation workflows too.
+const (
+	ReservationWorkflowName = "ReservationWorkflow"
+	// UpdateRenew renews an active reservation's allocation lease; it
+	// returns the new lease deadline (epoch ms).
+	UpdateRenew = "renew"
+	// UpdateRelease releases an active reservation; it returns once the
+	// reservation is released.
+	UpdateRelease = "release"
+	// UpdateExtend moves the reservation's end (epoch ms) later, once the
+	// API has booked the extra time; it returns the new end.
+	UpdateExtend = "extend"
+	// SignalCancel tells the workflow of a reservation the API cancelled
+	// before it became active, so it stops waiting for the start.
+	SignalCancel = "cancel"
+
+	ActivityBind        = "ReservationBind"
+	ActivityBindStatus  = "ReservationBindStatus"
+	ActivityFailBinding = "ReservationFailBinding"
+	ActivityMarkActive  = "ReservationMarkActive"
+	ActivityExpire      = "ReservationExpire"
+	ActivityRelease     = "ReservationRelease"
+
+	// The reconciler: a Temporal schedule runs ReconcileReservationsWorkflow,
+	// whose one activity starts the workflows of placed reservations that
+	// have none (the API crashed between committing the placement and
+	// starting the workflow, and the caller never retried).
+	ReconcileReservationsWorkflowName = "ReconcileReservationsWorkflow"
+	ReconcileReservationsScheduleID   = "reservations-reconciler"
+	ActivityReconcile                 = "ReservationsReconcile"
+)
+
+// ReservationParams starts a ReservationWorkflow. Start and End are epoch
+// ms; LeaseSeconds > 0 makes the allocation a lease, released unless renewed
+// within every period. Active and LeaseDeadline are carried over a
+// continue-as-new and are zero on the first run.
+type ReservationParams struct {
+	TenantID      string
+	ReservationID string
+	Start         int64
+	End           int64
+	LeaseSeconds  int64
+	Active        bool
+	LeaseDeadline int64
+	// BindTimeout bounds the binding (0: the workflow's default).
+	BindTimeout time.Duration
+}
+
+// ReservationResult is how the workflow ended: the reservation's final
+// state and why ("end", "release", "lease" or "cancel").
+type ReservationResult struct {
+	State  string
+	Reason string
+}
+
+// ExpireResult is what the expiry activity found: Released when the
+// reservation ran past its end and is now released, otherwise the row's
+// (extended) End, epoch ms.
+type ExpireResult struct {
+	Released bool
+	End      int64
+}
+
+// StartReservation starts the workflow of a placed reservation (workflow id
+// = the reservation id) on taskQueue. It is idempotent: a running workflow
+// is kept, and one that ran and finished is not started again.
+func StartReservation(ctx context.Context, c client.Client, taskQueue string, p ReservationParams) error {
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       p.ReservationID,
+		TaskQueue:                taskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, ReservationWorkflowName, p)
+	var done *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &done) {
+		return nil
+	}
+	return err
+}
