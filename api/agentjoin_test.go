@@ -287,7 +287,10 @@ func TestAgentJoinApproval(t *testing.T) {
 			return false
 		}
 		req = list.Items[0]
-		return true
+		// The agent keeps the pending secret once it has the server's answer,
+		// which may come a moment after the request is listed.
+		_, err = os.Stat(filepath.Join(dir, "join-request.json"))
+		return err == nil
 	})
 	if !core.ValidID("jreq", req.ID) || req.Name != "gated-1" || req.HardwareKey == "" || req.NodeID != "" {
 		t.Fatalf("request = %+v", req)
