@@ -13,17 +13,22 @@ import (
 
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/agentgateway"
 )
 
 // siteAgentServer is an API on e's database that tells site agents where
 // Temporal is (lease ttl one minute), or not at all without temporal.
 func siteAgentServer(t *testing.T, e *env, temporal bool) string {
 	t.Helper()
-	deps := api.Deps{Store: e.store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SiteLease: time.Minute}
+	deps := agentgateway.Deps{Store: e.store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SiteLease: time.Minute}
 	if temporal {
 		deps.TemporalAddress, deps.TemporalNamespace = "127.0.0.1:7233", "better-compute"
 	}
-	srv, err := api.New(deps)
+	gw, err := agentgateway.New(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Deps{Store: e.store, Logger: deps.Logger, Routes: gw})
 	if err != nil {
 		t.Fatal(err)
 	}

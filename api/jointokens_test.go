@@ -11,15 +11,16 @@ import (
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 var joinTokenPattern = regexp.MustCompile(`^bcjt_[a-z2-7]{52}$`)
 
 // consumeJoinToken spends one use of token, as the join will.
-func (e *env) consumeJoinToken(token string) (store.JoinToken, error) {
-	var jt store.JoinToken
+func (e *env) consumeJoinToken(token string) (nodesdomain.JoinToken, error) {
+	var jt nodesdomain.JoinToken
 	err := e.store.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) (err error) {
-		jt, err = store.ConsumeJoinToken(context.Background(), tx, token)
+		jt, err = nodesdomain.ConsumeJoinToken(context.Background(), tx, token)
 		return err
 	})
 	return jt, err
@@ -94,7 +95,7 @@ func TestJoinTokens(t *testing.T) {
 		}
 		var hash []byte
 		if err := e.store.Pool.QueryRow(ctx, `SELECT token_hash FROM join_tokens WHERE pool_id = $1 AND token_hash = $2`,
-			p.ID, store.HashJoinToken(plain)).Scan(&hash); err != nil {
+			p.ID, nodesdomain.HashJoinToken(plain)).Scan(&hash); err != nil {
 			t.Fatalf("no row holds the token's hash: %v", err)
 		}
 		if sum := sha256.Sum256([]byte(plain)); string(hash) != string(sum[:]) {
@@ -194,7 +195,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 		t.Fatalf("create on an archived pool = %v, want INVALID_STATE", err)
 	}
 	if _, err := e.consumeJoinToken(tok.Token); codeOf(err) != core.CodeInvalidState ||
-		core.AsError(err).Details["reason"] != store.JoinTokenPoolArchived {
+		core.AsError(err).Details["reason"] != nodesdomain.JoinTokenPoolArchived {
 		t.Fatalf("a join into an archived pool = %v, want INVALID_STATE (poolArchived)", err)
 	}
 	if states := e.joinTokenStates("acme", p.ID); len(states) != 1 || states[tok.ID] != "active" {

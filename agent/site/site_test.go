@@ -14,6 +14,7 @@ import (
 
 	"github.com/better-compute/better-compute/agent/site"
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/core"
 	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testenv"
@@ -142,8 +143,12 @@ func TestTwoAgentsOneSite(t *testing.T) {
 	}
 	defer cp.Stop()
 
-	srv, err := api.New(api.Deps{Store: st, Logger: quiet(), TemporalAddress: cfg.Address, TemporalNamespace: namespace,
-		SiteLease: 3 * time.Second})
+	gw, err := agentgateway.New(agentgateway.Deps{Store: st, Logger: quiet(), TemporalAddress: cfg.Address,
+		TemporalNamespace: namespace, SiteLease: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Deps{Store: st, Logger: quiet(), Routes: gw})
 	if err != nil {
 		t.Fatal(err)
 	}
