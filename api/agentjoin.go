@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // The join half of the agent protocol (docs/agent-protocol.md): `bcd node
@@ -173,7 +174,7 @@ func (s *Server) Join(ctx context.Context, in protocol.JoinRequest) (int, any, e
 		if err != nil {
 			return err
 		}
-		pool, err := s.loadPoolByID(ctx, tx, tok.PoolID) // locked: joins to one pool are serialized
+		pool, err := pooldomain.LoadByID(ctx, tx, tok.PoolID) // locked: joins to one pool are serialized
 		if err != nil {
 			return err
 		}
@@ -253,7 +254,7 @@ func newRequestSecret() (string, []byte, error) {
 // the pool's acceptance checks await nodes.adopt), disconnected,
 // trust from the pool's owner, observed generation 0 (it has applied no
 // NodeSpec yet, so it is not schedulable until it does).
-func (s *Server) admitNode(ctx context.Context, tx store.Tx, pool Pool, cand joinCandidate, by string) (protocol.JoinResult, error) {
+func (s *Server) admitNode(ctx context.Context, tx store.Tx, pool pooldomain.Pool, cand joinCandidate, by string) (protocol.JoinResult, error) {
 	if pool.ArchivedAt != nil {
 		return protocol.JoinResult{}, core.Errorf(core.CodeInvalidState, "the pool is archived").
 			WithDetails(map[string]any{"reason": store.JoinTokenPoolArchived})

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/rpc"
 )
@@ -9,4 +10,5 @@ import (
 // domain's descriptors. Adding a group is one line here.
 var Domains = []rpc.Domain{
 	projects.Methods,
+	pools.Methods,
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // JoinRequest is a join request as the API returns it: a join to a pool
@@ -51,7 +52,7 @@ func (s *Server) joinRequestsList(ctx context.Context, c *Call, tx store.Tx) (an
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pooldomain.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	rows, err := store.ListJoinRequests(ctx, tx, c.TenantID, in.PoolID, in.State, listLimit)
@@ -77,7 +78,7 @@ func (s *Server) joinRequestsApprove(ctx context.Context, c *Call, tx store.Tx) 
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	pool, err := s.livePool(ctx, tx, c.TenantID, in.PoolID)
+	pool, err := pooldomain.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func (s *Server) joinRequestsReject(ctx context.Context, c *Call, tx store.Tx) (
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.loadPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pooldomain.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	r, err := store.DecideJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, store.JoinRequestDecision{

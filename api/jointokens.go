@@ -7,6 +7,7 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // JoinToken is a join token as the API returns it. Token is set only in
@@ -63,17 +64,6 @@ func joinTokenOf(t store.JoinToken) JoinToken {
 		CreatedAt: t.CreatedAt.UnixMilli(), RevokedAt: msPtr(t.RevokedAt)}
 }
 
-// ownPool reads a pool the tenant owns, unlocked (for reads); any other,
-// even one offered to the tenant, is NOT_FOUND: join tokens are the
-// owner's, as every change to a pool.
-func (s *Server) ownPool(ctx context.Context, tx store.Tx, tenantID, id string) (Pool, error) {
-	p, err := s.viewPool(ctx, tx, tenantID, id)
-	if err == nil && p.TenantID != tenantID {
-		return Pool{}, poolNotFound(id)
-	}
-	return p, err
-}
-
 // joinTokensCreate makes a join token of the tenant's own, live pool whose
 // nodes run bcd. The answer is the only place the token ever appears.
 func (s *Server) joinTokensCreate(ctx context.Context, c *Call, tx store.Tx) (any, error) {
@@ -97,7 +87,7 @@ func (s *Server) joinTokensCreate(ctx context.Context, c *Call, tx store.Tx) (an
 			return nil, badField("maxUses", "range", "maxUses must be in [1, %d]", maxJoinTokenUses)
 		}
 	}
-	p, err := s.livePool(ctx, tx, c.TenantID, in.PoolID)
+	p, err := pooldomain.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +119,7 @@ func (s *Server) joinTokensList(ctx context.Context, c *Call, tx store.Tx) (any,
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pooldomain.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	rows, err := store.ListJoinTokens(ctx, tx, c.TenantID, in.PoolID, listLimit)
@@ -153,7 +143,7 @@ func (s *Server) joinTokensRevoke(ctx context.Context, c *Call, tx store.Tx) (an
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.loadPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pooldomain.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	t, err := store.RevokeJoinToken(ctx, tx, c.TenantID, in.PoolID, in.TokenID)

@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // Node is a node as the API returns it: every state axis on its own, the
@@ -259,10 +260,7 @@ func (s *Server) CreateNode(ctx context.Context, tx store.Tx, in NewNode) (Node,
 		}
 		return v
 	}
-	pool, err := scanPool(tx.QueryRow(ctx, poolSelect+` WHERE p.id = $2`, "", in.PoolID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Node{}, poolNotFound(in.PoolID)
-	}
+	pool, err := pooldomain.Get(ctx, tx, in.PoolID)
 	if err != nil {
 		return Node{}, err
 	}

@@ -6,7 +6,9 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/nodes"
+	poolpolicy "github.com/better-compute/better-compute/core/pools"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // Adoption takes over a machine that already runs bcd (the path beside
@@ -21,12 +23,12 @@ import (
 const EventAdopted = "Adopted"
 
 // acceptanceChecks are the pool's checks an adoption attests.
-func acceptanceChecks(p PoolPolicy) []string {
+func acceptanceChecks(p poolpolicy.Policy) []string {
 	return slices.DeleteFunc(slices.Clone(p.Acceptance), func(c string) bool { return c == AcceptanceApproval })
 }
 
 // joinedState is the provision state of a machine joining a pool.
-func joinedState(p PoolPolicy) nodes.ProvisionState {
+func joinedState(p poolpolicy.Policy) nodes.ProvisionState {
 	if len(acceptanceChecks(p)) > 0 {
 		return nodes.Adopting
 	}
@@ -49,7 +51,7 @@ func (s *Server) nodesAdopt(ctx context.Context, c *Call, tx store.Tx) (any, err
 			WithDetails(map[string]any{"reason": "agentNotReady", "connectivity": n.Connectivity,
 				"observedGeneration": n.ObservedGeneration})
 	}
-	pool, err := s.loadPool(ctx, tx, c.TenantID, n.PoolID)
+	pool, err := pooldomain.Load(ctx, tx, c.TenantID, n.PoolID)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,9 @@ import (
 	"math"
 
 	"github.com/better-compute/better-compute/core"
+	poolpolicy "github.com/better-compute/better-compute/core/pools"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 	"github.com/better-compute/better-compute/workflows"
 )
 
@@ -39,7 +41,7 @@ func (s *Server) nodesDrain(ctx context.Context, c *Call, tx store.Tx) (any, err
 	if n.DrainState != "" {
 		return n, nil
 	}
-	pool, err := s.loadPool(ctx, tx, c.TenantID, n.PoolID)
+	pool, err := pooldomain.Load(ctx, tx, c.TenantID, n.PoolID)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +50,7 @@ func (s *Server) nodesDrain(ctx context.Context, c *Call, tx store.Tx) (any, err
 		FROM nodes WHERE pool_id = $1 AND deleted_at IS NULL`, n.PoolID).Scan(&total, &draining); err != nil {
 		return nil, err
 	}
-	budget := DefaultDisruptionBudget
+	budget := poolpolicy.DefaultDisruptionBudget
 	if pool.Policy.DisruptionBudget != nil {
 		budget = *pool.Policy.DisruptionBudget
 	}

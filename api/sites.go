@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // Site is a site as the API returns it.
@@ -246,11 +247,11 @@ func (s *Server) sitesUpdate(ctx context.Context, c *Call, tx store.Tx) (any, er
 			return nil, err
 		}
 		for _, id := range ids {
-			p, err := s.loadPoolByID(ctx, tx, id)
+			p, err := pooldomain.LoadByID(ctx, tx, id)
 			if err != nil {
 				return nil, err
 			}
-			if err := s.putPoolAuthz(ctx, tx, p); err != nil {
+			if err := pooldomain.PutAuthz(ctx, tx, s.catalog.FullName(pooldomain.ResourceType), p); err != nil {
 				return nil, err
 			}
 		}

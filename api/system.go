@@ -37,14 +37,6 @@ func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 		"siteTokens.create": {Run: s.siteTokensCreate},
 		"siteTokens.revoke": {Run: s.siteTokensRevoke},
 
-		"pools.create":  {Run: s.poolsCreate},
-		"pools.get":     {Run: s.poolsGet},
-		"pools.list":    {List: s.poolsList},
-		"pools.update":  {Run: s.poolsUpdate, Refresh: true},
-		"pools.archive": {Run: s.poolsArchive},
-		"pools.offer":   {Run: s.poolsOffer, Refresh: true},
-		"pools.unoffer": {Run: s.poolsUnoffer, Refresh: true},
-
 		// The nodes' SSH certificates stay planned.
 		"nodes.list":        {List: s.nodesList},
 		"nodes.get":         {Run: s.nodesGet},
@@ -72,8 +64,6 @@ func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 		"commands.get":      {Run: s.commandsGet},
 		"commands.list":     {Run: s.commandsList},
 		"commands.cancel":   {Run: s.commandsCancel},
-		"quotas.get":        {Run: s.quotasGet},
-		"quotas.set":        {Run: s.quotasSet},
 
 		"pools.capacity":    {Run: s.poolsCapacity},
 		"capacity.summary":  {Run: s.capacitySummary},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
@@ -54,24 +56,24 @@ func (s *Stack) seedDemoFleet(ctx context.Context) error {
 		}
 		s.demo.SiteID = st.ID
 	}
-	pools, err := admin.PoolsList(ctx, api.PoolsListInput{TenantID: root, SiteID: s.demo.SiteID})
+	list, err := pools.List.Call(ctx, admin, pools.ListInput{TenantID: root, SiteID: s.demo.SiteID})
 	if err != nil {
 		return fmt.Errorf("demo fleet: %w", err)
 	}
-	for _, p := range pools.Items {
+	for _, p := range list.Items {
 		if p.Name == demoPool && p.TenantID == root {
 			s.demo.PoolID = p.ID
 		}
 	}
 	if s.demo.PoolID == "" {
-		p, err := admin.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: root, SiteID: s.demo.SiteID, Name: demoPool,
+		p, err := pools.Create.Call(ctx, admin, pools.CreateInput{TenantID: root, SiteID: s.demo.SiteID, Name: demoPool,
 			Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80})
 		if err != nil {
 			return fmt.Errorf("demo fleet: pool: %w", err)
 		}
 		s.demo.PoolID = p.ID
 	}
-	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: s.demo.PoolID,
+	if _, err := pools.Offer.Call(ctx, admin, pools.OfferInput{TenantID: root, PoolID: s.demo.PoolID,
 		ToTenantID: s.tokens.TenantID, Quota: map[string]int64{"gpu": demoGPUQuota}}); err != nil {
 		return fmt.Errorf("demo fleet: offer: %w", err)
 	}
