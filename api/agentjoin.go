@@ -242,7 +242,7 @@ func newRequestSecret() (string, []byte, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", nil, err
 	}
-	secret := JoinRequestSecretPrefix + siteTokenEncoding.EncodeToString(b[:])
+	secret := JoinRequestSecretPrefix + tokenEncoding.EncodeToString(b[:])
 	return secret, store.HashRequestSecret(secret), nil
 }
 
@@ -335,7 +335,7 @@ func (s *Server) freeNodeName(ctx context.Context, tx store.Tx, tenantID, name s
 			return "", err
 		}
 		base := strings.TrimRight(name[:min(len(name), nodeNameMaxLength-1-nodeNameSuffixLength)], "-")
-		candidate = base + "-" + siteTokenEncoding.EncodeToString(b[:])[:nodeNameSuffixLength]
+		candidate = base + "-" + tokenEncoding.EncodeToString(b[:])[:nodeNameSuffixLength]
 	}
 	return "", core.Errorf(core.CodeConflict, "no free node name near %q", name).WithDetails(map[string]any{"field": "name"})
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode"
 
+	sitedomain "github.com/better-compute/better-compute/store/sites"
+
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5"
 
@@ -86,7 +88,7 @@ type siteAgent struct {
 func authenticateSiteToken(ctx context.Context, tx store.Tx, token string) (siteAgent, error) {
 	var a siteAgent
 	err := tx.QueryRow(ctx, `SELECT t.id, t.site_id, t.tenant_id FROM site_tokens t JOIN sites s ON s.id = t.site_id
-		WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND s.deleted_at IS NULL`, HashSiteToken(token)).
+		WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND s.deleted_at IS NULL`, sitedomain.HashToken(token)).
 		Scan(&a.tokenID, &a.siteID, &a.tenantID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return siteAgent{}, core.Errorf(core.CodeUnauthn, "unknown or revoked site token")

@@ -4,6 +4,7 @@ import (
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sites"
 )
 
 // Domains are the method groups the API serves, each described by its
@@ -11,4 +12,5 @@ import (
 var Domains = []rpc.Domain{
 	projects.Methods,
 	pools.Methods,
+	sites.Methods,
 }

@@ -54,7 +54,7 @@ func newJoinToken() (string, []byte, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", nil, err
 	}
-	tok := JoinTokenPrefix + siteTokenEncoding.EncodeToString(b[:])
+	tok := JoinTokenPrefix + tokenEncoding.EncodeToString(b[:])
 	return tok, store.HashJoinToken(tok), nil
 }
 

@@ -6,9 +6,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/better-compute/better-compute/api/sites"
+
 	"github.com/better-compute/better-compute/api/pools"
 
-	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -87,7 +88,7 @@ func TestPoolsLifecycle(t *testing.T) {
 	}
 	// The pool's region is its site's: a new site region reaches its row.
 	west := "eu-west"
-	if _, err := c.SitesUpdate(ctx, api.SitesUpdateInput{TenantID: "acme", SiteID: s.ID, Region: &west}); err != nil {
+	if _, err := sites.Update.Call(ctx, c, sites.UpdateInput{TenantID: "acme", SiteID: s.ID, Region: &west}); err != nil {
 		t.Fatal(err)
 	}
 	if row, _ := store.GetAuthzResource(ctx, e.store.Pool, "compute-pool", p.ID); row.Attributes["region"] != "eu-west" {
@@ -97,7 +98,7 @@ func TestPoolsLifecycle(t *testing.T) {
 		t.Fatalf("pool after the site moved = %+v, %v", got, err)
 	}
 	// A site with live pools cannot be deleted.
-	if _, err := c.SitesDelete(ctx, "acme", s.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("delete of a site with pools = %v, want INVALID_STATE", err)
 	}
 	arch, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID})
@@ -120,7 +121,7 @@ func TestPoolsLifecycle(t *testing.T) {
 	if _, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: prov.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SitesDelete(ctx, "acme", s.ID); err != nil {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "late", Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80}); codeOf(err) != core.CodeInvalidState {

@@ -28,15 +28,6 @@ func (s *Server) systemMethods() []rpc.Descriptor {
 // legacyHandlers are the methods not yet described by a domain's descriptors.
 func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 	return map[string]*rpc.Handler{
-
-		"sites.create":      {Run: s.sitesCreate},
-		"sites.get":         {Run: s.sitesGet},
-		"sites.list":        {List: s.sitesList},
-		"sites.update":      {Run: s.sitesUpdate, Refresh: true},
-		"sites.delete":      {Run: s.sitesDelete},
-		"siteTokens.create": {Run: s.siteTokensCreate},
-		"siteTokens.revoke": {Run: s.siteTokensRevoke},
-
 		// The nodes' SSH certificates stay planned.
 		"nodes.list":        {List: s.nodesList},
 		"nodes.get":         {Run: s.nodesGet},

@@ -563,16 +563,6 @@ var (
 	crsFamily      = Field{Name: "family", Type: FieldString, Enum: []string{"storage", "network", "edge", "data", "platform", "ai", "observability"}}
 )
 
-// The fleet's fields. Names are DNS labels (they name agents' task queues
-// and CLI arguments). iamRegion follows Better IAM's region-name grammar;
-// the spec does not write the grammar down, so this is a conservative one
-// (a 2-4 letter area and one to three lower-case parts: eu-central-1).
-var (
-	fleetName     = Field{Name: "name", Type: FieldString, Required: true, MaxLength: 63, Pattern: `^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`}
-	siteRegion    = Field{Name: "region", Type: FieldString, Required: true, MaxLength: 64, Pattern: `^[a-z0-9]+(-[a-z0-9]+)*$`}
-	siteIAMRegion = Field{Name: "iamRegion", Type: FieldString, Required: true, MaxLength: 64, Pattern: `^[a-z]{2,4}(-[a-z0-9]+){1,3}$`}
-)
-
 // The nodes' fields; the provision states are core/nodes.ProvisionStates.
 var (
 	nodeID              = IDField("nodeId", "node", true)
@@ -594,22 +584,6 @@ func nullable(f Field) Field { f.Nullable = true; return f }
 // completes it. Projects' fields are not in the spec: name and description
 // are this issue's choice.
 var explicitSchemas = map[string][]Field{
-
-	// Sites and site tokens ("The fleet"). The spec
-	// gives no input tables for them: names, lengths and patterns are this
-	// issue's choice (see the var block below).
-	"sites.create": {TenantIDField(),
-		{Name: "kind", Type: FieldString, Required: true, Enum: []string{"shared", "dedicated", "custom"}},
-		fleetName, siteRegion, siteIAMRegion},
-	"sites.get":  {TenantIDField(), IDField("siteId", "site", true)},
-	"sites.list": {TenantIDField()},
-	"sites.update": {TenantIDField(), IDField("siteId", "site", true),
-		optional(fleetName), optional(siteRegion), optional(siteIAMRegion)},
-	"sites.delete": {TenantIDField(), IDField("siteId", "site", true)},
-	"siteTokens.create": {TenantIDField(), IDField("siteId", "site", true),
-		{Name: "name", Type: FieldString, MaxLength: 128}},
-	"siteTokens.revoke": {TenantIDField(), IDField("siteId", "site", true), IDField("tokenId", "stok", true)},
-
 	// Nodes and inventory ("The fleet", items 4-6). nodeId is the decided-on
 	// node; limits and sequence numbers are checked by the handlers
 	// (limit in [1, 500], seq at least 1).

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sites"
+
 	"github.com/better-compute/better-compute/api/pools"
 
 	"github.com/better-compute/better-compute/api"
@@ -40,17 +43,17 @@ func (s *Stack) seedDemoFleet(ctx context.Context) error {
 		}
 	}
 	root := s.tokens.RootTenantID
-	sites, err := admin.SitesList(ctx, root)
+	siteList, err := sites.List.Call(ctx, admin, rpc.TenantInput{TenantID: root})
 	if err != nil {
 		return fmt.Errorf("demo fleet: %w", err)
 	}
-	for _, st := range sites.Items {
+	for _, st := range siteList.Items {
 		if st.Name == demoSite {
 			s.demo.SiteID = st.ID
 		}
 	}
 	if s.demo.SiteID == "" {
-		st, err := admin.SitesCreate(ctx, api.SitesCreateInput{TenantID: root, Name: demoSite, Region: "local", IAMRegion: "dev-local-1", Kind: "shared"})
+		st, err := sites.Create.Call(ctx, admin, sites.CreateInput{TenantID: root, Name: demoSite, Region: "local", IAMRegion: "dev-local-1", Kind: "shared"})
 		if err != nil {
 			return fmt.Errorf("demo fleet: site: %w", err)
 		}

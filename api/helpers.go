@@ -1,9 +1,14 @@
 package api
 
 import (
+	"encoding/base32"
 	"encoding/json"
+	"errors"
+	"time"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // badField is INVALID_INPUT on field for reason: what a handler checks
@@ -31,3 +36,28 @@ func exactKeys(raw json.RawMessage, path string, keys map[string]map[string]bool
 	}
 	return nil
 }
+
+func msPtr(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	ms := t.UnixMilli()
+	return &ms
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// collectStrings reads a one-column text result.
+func collectStrings(rows pgx.Rows, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// tokenEncoding is lower-case base32 (RFC 4648 alphabet), no padding: the
+// form of the secrets and name suffixes this package makes.
+var tokenEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
