@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/protocol"
@@ -39,7 +41,7 @@ type agentEnv struct {
 	gateway  *agentgateway.Gateway
 	ca       *nodeca.CA
 	url      string
-	pool     api.Pool
+	pool     pools.Pool
 	node     api.Node
 	identity join.Identity
 }

@@ -1,12 +1,16 @@
 package api
 
 import (
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sites"
 )
 
 // Domains are the method groups the API serves, each described by its
 // domain's descriptors. Adding a group is one line here.
 var Domains = []rpc.Domain{
 	projects.Methods,
+	pools.Methods,
+	sites.Methods,
 }

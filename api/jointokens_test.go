@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
@@ -188,7 +190,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PoolsArchive(ctx, "acme", p.ID); err != nil {
+	if _, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID}); codeOf(err) != core.CodeInvalidState {
@@ -204,7 +206,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if rev, err := c.JoinTokensRevoke(ctx, "acme", p.ID, tok.ID); err != nil || rev.State != "revoked" {
 		t.Fatalf("revoke on an archived pool = %+v, %v", rev, err)
 	}
-	none, err := c.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: "acme", SiteID: s.ID, Name: "bmc-only", Class: "metal-dedicated",
+	none, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "bmc-only", Class: "metal-dedicated",
 		GPUModel: "H100", GPUMemoryGb: 80, Agent: "none"})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +230,7 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.PoolsGet(ctx, "acme", p.ID); err != nil { // the projection holds the pool's row
+	if _, err := pools.Get.Call(ctx, a, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil { // the projection holds the pool's row
 		t.Fatal(err)
 	}
 	wantNotFound := func(when string) {
@@ -244,11 +246,11 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 		}
 	}
 	wantNotFound("not offered")
-	if _, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
+	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
 		Quota: map[string]int64{"gpu": 8}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.PoolsGet(ctx, "globex", p.ID); err != nil { // offered: in globex's view
+	if _, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); err != nil { // offered: in globex's view
 		t.Fatal(err)
 	}
 	wantNotFound("offered")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
@@ -64,10 +66,10 @@ func (e *env) ingest(nodeID string, doc []byte) api.IngestResult {
 }
 
 // poolWith makes a pool with sharing and policy.
-func (e *env) poolWith(tenant, siteID, name, model, sharing, policy string) api.Pool {
+func (e *env) poolWith(tenant, siteID, name, model, sharing, policy string) pools.Pool {
 	e.t.Helper()
-	p, err := e.client(e.tokenOf(tenant)).PoolsCreate(context.Background(), api.PoolsCreateInput{TenantID: tenant, SiteID: siteID,
-		Name: name, Class: "metal-host", GPUModel: model, GPUMemoryGb: 80, Sharing: sharing, Policy: json.RawMessage(policy)})
+	p, err := pools.Create.Call(context.Background(), e.client(e.tokenOf(tenant)), pools.CreateInput{TenantID: tenant, SiteID: siteID,
+		Name: name, Class: "metal-host", GPUModel: model, GPUMemoryGb: 80, Sharing: sharing, Policy: policyOf(e.t, policy)})
 	if err != nil {
 		e.t.Fatalf("pools.create %s: %v", name, err)
 	}
@@ -317,7 +319,7 @@ func TestNodesPartitionPolicies(t *testing.T) {
 	}
 }
 
-func wantDevicesOf(t *testing.T, doc []byte, p api.Pool) int {
+func wantDevicesOf(t *testing.T, doc []byte, p pools.Pool) int {
 	n, _ := expectDevices(t, doc, inventory.PartitionPolicy{Sharing: p.Sharing, Replicas: p.Policy.Sharing.Replicas})
 	return n
 }

@@ -2,7 +2,6 @@ package agentgateway
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"time"
 	"unicode"
@@ -12,6 +11,7 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	sitedomain "github.com/better-compute/better-compute/store/sites"
 )
 
 // The site agent's endpoints: `bcd site` posts its site token and an
@@ -56,7 +56,7 @@ type siteAgent struct {
 func authenticateSiteToken(ctx context.Context, tx store.Tx, token string) (siteAgent, error) {
 	var a siteAgent
 	err := tx.QueryRow(ctx, `SELECT t.id, t.site_id, t.tenant_id FROM site_tokens t JOIN sites s ON s.id = t.site_id
-		WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND s.deleted_at IS NULL`, hashSiteToken(token)).
+		WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND s.deleted_at IS NULL`, sitedomain.HashToken(token)).
 		Scan(&a.tokenID, &a.siteID, &a.tenantID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return siteAgent{}, core.Errorf(core.CodeUnauthn, "unknown or revoked site token")
@@ -137,9 +137,3 @@ func (g *Gateway) SiteRenew(ctx context.Context, in protocol.SiteRenewRequest) (
 	return out, err
 }
 
-// hashSiteToken is the stored form of a site token: its SHA-256 (as the
-// sites domain stores it).
-func hashSiteToken(token string) []byte {
-	sum := sha256.Sum256([]byte(token))
-	return sum[:]
-}

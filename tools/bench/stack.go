@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
@@ -193,7 +195,7 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	}
 	// The demo offer's quota (16 GPUs) would refuse the create scenario
 	// after two windows' worth; the offer is an upsert.
-	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: demo.PoolID, ToTenantID: tenant,
+	if _, err := pools.Offer.Call(ctx, admin, pools.OfferInput{TenantID: root, PoolID: demo.PoolID, ToTenantID: tenant,
 		Quota: map[string]int64{placement.ClassGPU: int64(gpus)}}); err != nil {
 		return fail(fmt.Errorf("raise the demo quota: %w", err))
 	}
@@ -258,12 +260,12 @@ func poolGPUs(ctx context.Context, admin *api.Client, tenant, poolID string) (in
 // demo fleet does, and waits until the tenant sees the 8 GPUs free.
 func contentionPool(ctx context.Context, admin, user *api.Client, st *store.Store, types nodesdomain.Types,
 	root, tenant, userID, siteID, runID string) (string, int64, error) {
-	p, err := admin.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: root, SiteID: siteID, Name: "bench-contention-" + runID,
+	p, err := pools.Create.Call(ctx, admin, pools.CreateInput{TenantID: root, SiteID: siteID, Name: "bench-contention-" + runID,
 		Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80})
 	if err != nil {
 		return "", 0, fmt.Errorf("pool: %w", err)
 	}
-	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: p.ID, ToTenantID: tenant,
+	if _, err := pools.Offer.Call(ctx, admin, pools.OfferInput{TenantID: root, PoolID: p.ID, ToTenantID: tenant,
 		Quota: map[string]int64{placement.ClassGPU: 10000}}); err != nil {
 		return "", 0, fmt.Errorf("offer: %w", err)
 	}
