@@ -5,6 +5,7 @@ import (
 
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/nodes"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // JoinRequest is a join request as the API returns it: a join to a pool
@@ -51,7 +52,7 @@ func (s *Server) joinRequestsList(ctx context.Context, c *Call, tx store.Tx) (an
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := domain.ReadPool(ctx, tx, c.TenantID, in.PoolID, false); err != nil {
+	if _, err := pools.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	rows, err := domain.ListJoinRequests(ctx, tx, c.TenantID, in.PoolID, in.State, listLimit)
@@ -77,7 +78,7 @@ func (s *Server) joinRequestsApprove(ctx context.Context, c *Call, tx store.Tx) 
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	pool, err := domain.LivePool(ctx, tx, c.TenantID, in.PoolID)
+	pool, err := pools.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func (s *Server) joinRequestsReject(ctx context.Context, c *Call, tx store.Tx) (
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := domain.ReadPool(ctx, tx, c.TenantID, in.PoolID, true); err != nil {
+	if _, err := pools.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	r, err := domain.DecideJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, domain.JoinRequestDecision{

@@ -7,6 +7,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/nodes"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // JoinToken is a join token as the API returns it. Token is set only in
@@ -75,7 +76,7 @@ func (s *Server) joinTokensCreate(ctx context.Context, c *Call, tx store.Tx) (an
 			return nil, badField("maxUses", "range", "maxUses must be in [1, %d]", maxJoinTokenUses)
 		}
 	}
-	p, err := domain.LivePool(ctx, tx, c.TenantID, in.PoolID)
+	p, err := pools.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func (s *Server) joinTokensList(ctx context.Context, c *Call, tx store.Tx) (any,
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := domain.ReadPool(ctx, tx, c.TenantID, in.PoolID, false); err != nil {
+	if _, err := pools.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	rows, err := domain.ListJoinTokens(ctx, tx, c.TenantID, in.PoolID, listLimit)
@@ -131,7 +132,7 @@ func (s *Server) joinTokensRevoke(ctx context.Context, c *Call, tx store.Tx) (an
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := domain.ReadPool(ctx, tx, c.TenantID, in.PoolID, true); err != nil {
+	if _, err := pools.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	t, err := domain.RevokeJoinToken(ctx, tx, c.TenantID, in.PoolID, in.TokenID)

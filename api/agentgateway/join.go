@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/nodes"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // The join half of the agent protocol: `bcd node join` posts its join
@@ -80,7 +81,7 @@ func (g *Gateway) Join(ctx context.Context, in protocol.JoinRequest) (int, any, 
 		if err != nil {
 			return err
 		}
-		pool, err := domain.ReadPool(ctx, tx, "", tok.PoolID, true) // locked: joins to one pool are serialized
+		pool, err := pools.LoadByID(ctx, tx, tok.PoolID) // locked: joins to one pool are serialized
 		if err != nil {
 			return err
 		}

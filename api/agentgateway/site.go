@@ -136,4 +136,3 @@ func (g *Gateway) SiteRenew(ctx context.Context, in protocol.SiteRenewRequest) (
 	})
 	return out, err
 }
-

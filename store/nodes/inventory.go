@@ -17,6 +17,7 @@ import (
 	"github.com/better-compute/better-compute/core/gpu"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // InventorySnapshot is one stored NodeInventory v1 snapshot.
@@ -93,7 +94,7 @@ func Ingest(ctx context.Context, tx store.Tx, t Types, nodeID string, doc []byte
 	if err != nil {
 		return IngestResult{}, err
 	}
-	pool, err := ReadPool(ctx, tx, "", n.PoolID, false)
+	pool, err := pools.Get(ctx, tx, n.PoolID)
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("node %s: pool %s: %w", n.ID, n.PoolID, err)
 	}
@@ -298,7 +299,7 @@ var hardwareProfilePattern = regexp.MustCompile(`^([0-9]{1,3})x([A-Z][A-Z0-9]{1,
 //     (e.g. "3g.20gb,2g.10gb,2x1g.5gb"), expanded for the node's GPU
 //     product; a missing or unreadable layout yields MigLayoutInvalid;
 //   - hardwareProfile "<n>x<MODEL>": GpuCountMismatch and GpuModelMismatch.
-func partitionPolicy(p Pool, inv *inventory.NodeInventory) inventory.PartitionPolicy {
+func partitionPolicy(p pools.Pool, inv *inventory.NodeInventory) inventory.PartitionPolicy {
 	pp := inventory.PartitionPolicy{Sharing: p.Sharing}
 	switch p.Sharing {
 	case inventory.SharingTimeslice, inventory.SharingMPS:

@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/better-compute/core/inventory"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // Joining: a machine presents a join token, its name, its inventory and a
@@ -131,8 +132,8 @@ type Admitted struct {
 // the pool's owner (rootTenant's pools are the platform's), observed
 // generation 0 (it has applied no NodeSpec yet, so it is not schedulable
 // until it does). by is who admitted it.
-func Admit(ctx context.Context, tx store.Tx, t Types, pool Pool, cand Candidate, by, rootTenant string, sign Signer) (Admitted, error) {
-	if pool.Archived {
+func Admit(ctx context.Context, tx store.Tx, t Types, pool pools.Pool, cand Candidate, by, rootTenant string, sign Signer) (Admitted, error) {
+	if pool.ArchivedAt != nil {
 		return Admitted{}, core.Errorf(core.CodeInvalidState, "the pool is archived").
 			WithDetails(map[string]any{"reason": JoinTokenPoolArchived})
 	}

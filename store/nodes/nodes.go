@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // ResourceType is the catalog type a node is decided on; PoolType its
@@ -336,11 +337,11 @@ func Create(ctx context.Context, tx store.Tx, t Types, in NewNode) (Node, error)
 		}
 		return v
 	}
-	pool, err := ReadPool(ctx, tx, "", in.PoolID, false)
+	pool, err := pools.Get(ctx, tx, in.PoolID)
 	if err != nil {
 		return Node{}, err
 	}
-	if pool.Archived {
+	if pool.ArchivedAt != nil {
 		return Node{}, core.Errorf(core.CodeInvalidState, "pool %s is archived", pool.ID)
 	}
 	if in.Name == "" {

@@ -2,9 +2,7 @@ package nodes
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -13,88 +11,23 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
+	policy "github.com/better-compute/better-compute/core/pools"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/pools"
 )
-
-// Pool is what the nodes domain reads of a node's pool: who owns it,
-// whether it is archived, how its devices are shared and the parts of its
-// policy that govern joins, drains and inventory.
-type Pool struct {
-	ID       string
-	TenantID string
-	Sharing  string
-	Agent    string
-	Archived bool
-	Policy   PoolPolicy
-}
-
-// PoolPolicy is the part of a pool's policy the nodes domain reads (the
-// pools domain validates all of it when it is written).
-type PoolPolicy struct {
-	Acceptance       []string `json:"acceptance,omitempty"`
-	LostAfter        string   `json:"lostAfter,omitempty"`
-	DisruptionBudget *float64 `json:"disruptionBudget,omitempty"`
-	HardwareProfile  string   `json:"hardwareProfile,omitempty"`
-	Sharing          *struct {
-		Replicas int `json:"replicas"`
-	} `json:"sharing,omitempty"`
-	MigLayout string `json:"migLayout,omitempty"`
-}
-
-// DefaultDisruptionBudget is a pool's disruption budget when its policy
-// gives none.
-const DefaultDisruptionBudget = 0.05
 
 // AcceptanceApproval in a pool's policy.acceptance makes joins wait for
 // joinRequests.approve.
 const AcceptanceApproval = "approval"
 
-// PoolNotFound is the error of a pool the caller may not see.
-func PoolNotFound(id string) error { return core.Errorf(core.CodeNotFound, "pool %s not found", id) }
-
-// ReadPool reads a pool the tenant owns ("" for any tenant's); lock takes
-// it for a change (joins to one pool, and drains in it, are serialized).
-func ReadPool(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Pool, error) {
-	q := `SELECT p.id, p.tenant_id, p.sharing, p.agent, p.archived_at IS NOT NULL, p.policy FROM pools p
-		WHERE p.id = $1 AND ($2 = '' OR p.tenant_id = $2)`
-	if lock {
-		q += ` FOR UPDATE OF p`
-	}
-	var p Pool
-	var policy []byte
-	err := tx.QueryRow(ctx, q, id, tenantID).Scan(&p.ID, &p.TenantID, &p.Sharing, &p.Agent, &p.Archived, &policy)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Pool{}, PoolNotFound(id)
-	}
-	if err != nil {
-		return Pool{}, err
-	}
-	if len(policy) > 0 {
-		if err := json.Unmarshal(policy, &p.Policy); err != nil {
-			return Pool{}, fmt.Errorf("pool %s policy: %w", p.ID, err)
-		}
-	}
-	return p, nil
-}
-
-// LivePool is ReadPool of the tenant's pool, locked, for a change: an
-// archived pool is INVALID_STATE.
-func LivePool(ctx context.Context, tx store.Tx, tenantID, id string) (Pool, error) {
-	p, err := ReadPool(ctx, tx, tenantID, id, true)
-	if err == nil && p.Archived {
-		err = core.Errorf(core.CodeInvalidState, "pool %s is archived", id)
-	}
-	return p, err
-}
-
 // AcceptanceChecks are the pool's checks an adoption attests.
-func (p PoolPolicy) AcceptanceChecks() []string {
+func AcceptanceChecks(p policy.Policy) []string {
 	return slices.DeleteFunc(slices.Clone(p.Acceptance), func(c string) bool { return c == AcceptanceApproval })
 }
 
 // joinedState is the provision state of a machine joining a pool.
-func joinedState(p PoolPolicy) nodestate.ProvisionState {
-	if len(p.AcceptanceChecks()) > 0 {
+func joinedState(p policy.Policy) nodestate.ProvisionState {
+	if len(AcceptanceChecks(p)) > 0 {
 		return nodestate.Adopting
 	}
 	return nodestate.Adopted
@@ -114,7 +47,7 @@ func Drain(ctx context.Context, tx store.Tx, tenantID, id, mode, by string) (Nod
 	if n.DrainState != "" {
 		return n, nil
 	}
-	pool, err := ReadPool(ctx, tx, tenantID, n.PoolID, true)
+	pool, err := pools.Load(ctx, tx, tenantID, n.PoolID)
 	if err != nil {
 		return Node{}, err
 	}
@@ -123,7 +56,7 @@ func Drain(ctx context.Context, tx store.Tx, tenantID, id, mode, by string) (Nod
 		FROM nodes WHERE pool_id = $1 AND deleted_at IS NULL`, n.PoolID).Scan(&total, &draining); err != nil {
 		return Node{}, err
 	}
-	budget := DefaultDisruptionBudget
+	budget := policy.DefaultDisruptionBudget
 	if pool.Policy.DisruptionBudget != nil {
 		budget = *pool.Policy.DisruptionBudget
 	}
@@ -190,7 +123,7 @@ func Adopt(ctx context.Context, tx store.Tx, tenantID, id, by string) (Node, err
 			WithDetails(map[string]any{"reason": "agentNotReady", "connectivity": n.Connectivity,
 				"observedGeneration": n.ObservedGeneration})
 	}
-	pool, err := ReadPool(ctx, tx, tenantID, n.PoolID, true)
+	pool, err := pools.Load(ctx, tx, tenantID, n.PoolID)
 	if err != nil {
 		return Node{}, err
 	}
@@ -198,7 +131,7 @@ func Adopt(ctx context.Context, tx store.Tx, tenantID, id, by string) (Node, err
 		return Node{}, err
 	}
 	if err := AddEvent(ctx, tx, n.ID, EventAdopted, "adopted by "+by,
-		map[string]any{"by": by, "acceptance": pool.Policy.AcceptanceChecks()}); err != nil {
+		map[string]any{"by": by, "acceptance": AcceptanceChecks(pool.Policy)}); err != nil {
 		return Node{}, err
 	}
 	return Get(ctx, tx, tenantID, n.ID, false)
