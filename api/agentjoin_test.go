@@ -22,11 +22,12 @@ import (
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/internal/testutil"
-	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 const testAgentEndpoint = "https://agent.test:7443"
@@ -38,15 +39,30 @@ func (e *env) withNodeCA() *nodeca.CA {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	srv, err := api.New(api.Deps{Store: e.store, IAM: e.outer, Catalog: e.catalog, NodeCA: ca,
-		AgentEndpoint: testAgentEndpoint, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e.withGateway(agentgateway.Deps{NodeCA: ca, AgentEndpoint: testAgentEndpoint})
+	return ca
+}
+
+// withGateway serves the env's API again, with an agent gateway built from
+// d (on the env's database and catalog) mounted beside it, and answers the
+// gateway.
+func (e *env) withGateway(d agentgateway.Deps) *agentgateway.Gateway {
+	e.t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d.Store, d.Catalog, d.Logger = e.store, e.catalog, quiet
+	gw, err := agentgateway.New(d)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	srv, err := api.New(api.Deps{Store: e.store, IAM: e.outer, Catalog: e.catalog, NodeCA: d.NodeCA, Routes: gw,
+		Logger: quiet})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
 	e.t.Cleanup(hs.Close)
 	e.server, e.url = srv, hs.URL
-	return ca
+	return gw
 }
 
 // machine is the h100 fixture's inventory, its identifiers made unique by seed.
@@ -84,7 +100,7 @@ func certOf(t *testing.T, id join.Identity) *x509.Certificate {
 
 func (e *env) identityValid(nodeID string, c *x509.Certificate) bool {
 	e.t.Helper()
-	ok, err := store.NodeIdentityValid(context.Background(), e.store.Pool, nodeID, nodeca.Serial(c.SerialNumber))
+	ok, err := nodesdomain.NodeIdentityValid(context.Background(), e.store.Pool, nodeID, nodeca.Serial(c.SerialNumber))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -117,7 +133,7 @@ func TestAgentJoin(t *testing.T) {
 	if named, err := nodeca.NodeID(cert); err != nil || named != id.NodeID {
 		t.Fatalf("certificate names %q, %v", named, err)
 	}
-	if d := time.Until(cert.NotAfter); d < api.NodeCertificateTTL-time.Hour || d > api.NodeCertificateTTL {
+	if d := time.Until(cert.NotAfter); d < nodesdomain.CertificateTTL-time.Hour || d > nodesdomain.CertificateTTL {
 		t.Fatalf("certificate valid for %v", d)
 	}
 	if !e.identityValid(id.NodeID, cert) {
@@ -216,7 +232,7 @@ func TestAgentJoin(t *testing.T) {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		_ = e.store.Listen(lctx, store.NodeIdentityRevokedChannel, func() { close(listening) }, func(p string) { heard <- p })
+		_ = e.store.Listen(lctx, nodesdomain.NodeIdentityRevokedChannel, func() { close(listening) }, func(p string) { heard <- p })
 	}()
 	<-listening
 	if _, err := e.client(e.globex).NodesRevokeIdentity(ctx, "acme", id4.NodeID); codeOf(err) != core.CodeAccessDenied {
@@ -364,6 +380,7 @@ func TestAgentJoinApproval(t *testing.T) {
 
 func TestAgentJoinWithoutCA(t *testing.T) {
 	e := newEnv(t)
+	e.withGateway(agentgateway.Deps{})
 	status, out := postJSON(t, e.url+protocol.JoinPath, map[string]any{"token": "bcjt_x"})
 	if status != http.StatusServiceUnavailable || !bytes.Contains(out, []byte("no node CA configured")) {
 		t.Fatalf("join without a CA = %d %s", status, out)

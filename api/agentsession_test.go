@@ -20,26 +20,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
-// agentEnv is an API server with short liveness settings behind a real
+// agentEnv is an agent gateway with short liveness settings behind a real
 // agent listener (mutual TLS, HTTP/2), and one node with an identity.
 type agentEnv struct {
 	*env
-	server   *api.Server
+	gateway  *agentgateway.Gateway
 	ca       *nodeca.CA
 	url      string
-	pool     api.Pool
+	pool     pools.Pool
 	node     api.Node
 	identity join.Identity
 }
@@ -49,7 +53,7 @@ type agentEnv struct {
 func newAgentEnv(t *testing.T, lease time.Duration, lostAfter string) *agentEnv {
 	t.Helper()
 	e := newEnv(t)
-	srv, err := api.New(api.Deps{Store: e.store, IAM: e.outer, Catalog: e.catalog,
+	gw, err := agentgateway.New(agentgateway.Deps{Store: e.store, Catalog: e.catalog,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AgentLease: lease, AgentHeartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -58,17 +62,17 @@ func newAgentEnv(t *testing.T, lease time.Duration, lostAfter string) *agentEnv 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := api.AgentTLSConfig(ca, []string{"127.0.0.1"})
+	cfg, err := agentgateway.TLSConfig(ca, []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewUnstartedServer(srv.AgentHandler())
+	hs := httptest.NewUnstartedServer(gw.SessionHandler())
 	hs.TLS = cfg
 	hs.EnableHTTP2 = true
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
 
-	ae := &agentEnv{env: e, server: srv, ca: ca, url: hs.URL}
+	ae := &agentEnv{env: e, gateway: gw, ca: ca, url: hs.URL}
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	policy := `{}`
 	if lostAfter != "" {
@@ -101,7 +105,7 @@ func (ae *agentEnv) issue(nodeID string, record bool) join.Identity {
 		if !record {
 			return nil
 		}
-		_, err := store.RecordNodeIdentity(context.Background(), tx, store.NodeIdentity{NodeID: nodeID, Serial: serial,
+		_, err := nodesdomain.RecordNodeIdentity(context.Background(), tx, nodesdomain.NodeIdentity{NodeID: nodeID, Serial: serial,
 			Certificate: string(certPEM), ExpiresAt: time.Now().Add(time.Hour)})
 		return err
 	})
@@ -194,7 +198,7 @@ func TestAgentSessionLiveness(t *testing.T) {
 	stop := ae.run(session.Options{AgentVersion: "bcd/test",
 		Inventory: func(context.Context) (*inventory.NodeInventory, error) { return doc, nil }})
 	s := ae.eventually("connected", func(s agentNodeState) bool { return s.connectivity == "connected" && s.epoch == 1 })
-	if s.agentVersion != "bcd/test" || s.has(api.CondClockSkew) {
+	if s.agentVersion != "bcd/test" || s.has(nodesdomain.CondClockSkew) {
 		t.Fatalf("after hello: %+v", s)
 	}
 	// The inventory the server lacked is sent and ingested.
@@ -213,14 +217,14 @@ func TestAgentSessionLiveness(t *testing.T) {
 	first := leaseOf()
 	testutil.Eventually(t, 20*time.Second, "a heartbeat to renew the lease", func() bool { return leaseOf().After(first) })
 	// A sweep leaves a node with a live lease alone.
-	if n, err := ae.server.SweepLiveness(context.Background()); err != nil || n != 0 {
+	if n, err := ae.gateway.SweepLiveness(context.Background()); err != nil || n != 0 {
 		t.Fatalf("sweep of a live node: %d, %v", n, err)
 	}
 
 	stop()
 	ae.eventually("disconnected", func(s agentNodeState) bool { return s.connectivity == "disconnected" })
 	sweep := func(s agentNodeState) bool {
-		if _, err := ae.server.SweepLiveness(context.Background()); err != nil {
+		if _, err := ae.gateway.SweepLiveness(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		return true
@@ -230,15 +234,15 @@ func TestAgentSessionLiveness(t *testing.T) {
 		return s.connectivity == "unreachable" || s.connectivity == "lost"
 	})
 	s = ae.eventually("lost", func(s agentNodeState) bool { sweep(s); return s.connectivity == "lost" })
-	if !s.has(api.CondNodeUnreachable) {
+	if !s.has(nodesdomain.CondNodeUnreachable) {
 		t.Fatalf("lost node without NodeUnreachable: %+v", s)
 	}
 	if n := ae.count(`SELECT count(*) FROM node_events WHERE node_id = $1 AND type = $2 AND details->>'to' IN ('unreachable', 'lost')`,
-		ae.node.ID, api.EventConnectivity); n != 2 {
+		ae.node.ID, nodesdomain.EventConnectivity); n != 2 {
 		t.Fatalf("%d unreachable/lost events, want 2", n)
 	}
 	// Sweeping again changes nothing.
-	if n, err := ae.server.SweepLiveness(context.Background()); err != nil || n != 0 {
+	if n, err := ae.gateway.SweepLiveness(context.Background()); err != nil || n != 0 {
 		t.Fatalf("second sweep: %d, %v", n, err)
 	}
 
@@ -247,7 +251,7 @@ func TestAgentSessionLiveness(t *testing.T) {
 	ae.run(session.Options{AgentVersion: "bcd/test",
 		Inventory: func(context.Context) (*inventory.NodeInventory, error) { return doc, nil }})
 	s = ae.eventually("reconnected", func(s agentNodeState) bool { return s.connectivity == "connected" && s.epoch == 2 })
-	if s.has(api.CondNodeUnreachable) {
+	if s.has(nodesdomain.CondNodeUnreachable) {
 		t.Fatalf("NodeUnreachable kept after reconnecting: %+v", s)
 	}
 	if n := ae.count(`SELECT count(*) FROM node_inventories WHERE node_id = $1`, ae.node.ID); n != 1 {
@@ -370,12 +374,12 @@ func TestAgentSessionSupersedeAndClockSkew(t *testing.T) {
 	}
 	first.wantEnd()
 	s := ae.state()
-	if s.connectivity != "connected" || s.epoch != 2 || !s.has(api.CondClockSkew) {
+	if s.connectivity != "connected" || s.epoch != 2 || !s.has(nodesdomain.CondClockSkew) {
 		t.Fatalf("after the second hello: %+v", s)
 	}
 	// A heartbeat with a good clock clears ClockSkew.
 	second.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
-	ae.eventually("ClockSkew cleared", func(s agentNodeState) bool { return !s.has(api.CondClockSkew) })
+	ae.eventually("ClockSkew cleared", func(s agentNodeState) bool { return !s.has(nodesdomain.CondClockSkew) })
 
 	// A lapsed lease (forced) makes the node unreachable; the next heartbeat
 	// brings it back and clears NodeUnreachable.
@@ -383,15 +387,15 @@ func TestAgentSessionSupersedeAndClockSkew(t *testing.T) {
 		WHERE id = $1`, ae.node.ID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := ae.server.SweepLiveness(context.Background()); err != nil || n != 1 {
+	if n, err := ae.gateway.SweepLiveness(context.Background()); err != nil || n != 1 {
 		t.Fatalf("sweep: %d, %v", n, err)
 	}
-	if s := ae.state(); s.connectivity != "unreachable" || !s.has(api.CondNodeUnreachable) {
+	if s := ae.state(); s.connectivity != "unreachable" || !s.has(nodesdomain.CondNodeUnreachable) {
 		t.Fatalf("after the sweep: %+v", s)
 	}
 	second.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
 	ae.eventually("back to connected", func(s agentNodeState) bool {
-		return s.connectivity == "connected" && !s.has(api.CondNodeUnreachable)
+		return s.connectivity == "connected" && !s.has(nodesdomain.CondNodeUnreachable)
 	})
 
 	// The ending of the live session disconnects the node.
@@ -405,7 +409,7 @@ func TestAgentSessionRevocation(t *testing.T) {
 	rs.send(hello(time.Now()))
 	rs.next("welcome")
 	err := ae.store.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) error {
-		_, err := store.RevokeNodeIdentities(context.Background(), tx, ae.node.ID, "test")
+		_, err := nodesdomain.RevokeNodeIdentities(context.Background(), tx, ae.node.ID, "test")
 		return err
 	})
 	if err != nil {

@@ -11,19 +11,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/sites"
+	sitedomain "github.com/better-compute/better-compute/store/sites"
+
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/agentgateway"
 )
 
 // siteAgentServer is an API on e's database that tells site agents where
 // Temporal is (lease ttl one minute), or not at all without temporal.
 func siteAgentServer(t *testing.T, e *env, temporal bool) string {
 	t.Helper()
-	deps := api.Deps{Store: e.store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SiteLease: time.Minute}
+	deps := agentgateway.Deps{Store: e.store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SiteLease: time.Minute}
 	if temporal {
 		deps.TemporalAddress, deps.TemporalNamespace = "127.0.0.1:7233", "better-compute"
 	}
-	srv, err := api.New(deps)
+	gw, err := agentgateway.New(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Deps{Store: e.store, Logger: deps.Logger, Routes: gw})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,23 +56,23 @@ func TestAgentSite(t *testing.T) {
 	ctx := context.Background()
 	c := e.client(e.boot.UserToken)
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
-	tok, err := c.SiteTokensCreate(ctx, "acme", s.ID, "agent")
+	tok, err := sites.CreateToken.Call(ctx, c, sites.CreateTokenInput{TenantID: "acme", SiteID: s.ID, Name: "agent"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	revoked, err := c.SiteTokensCreate(ctx, "acme", s.ID, "old")
+	revoked, err := sites.CreateToken.Call(ctx, c, sites.CreateTokenInput{TenantID: "acme", SiteID: s.ID, Name: "old"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SiteTokensRevoke(ctx, "acme", s.ID, revoked.ID); err != nil {
+	if _, err := sites.RevokeToken.Call(ctx, c, sites.RevokeTokenInput{TenantID: "acme", SiteID: s.ID, TokenID: revoked.ID}); err != nil {
 		t.Fatal(err)
 	}
 	gone := e.site(e.boot.UserToken, "acme", "fra-gone", "custom")
-	goneTok, err := c.SiteTokensCreate(ctx, "acme", gone.ID, "")
+	goneTok, err := sites.CreateToken.Call(ctx, c, sites.CreateTokenInput{TenantID: "acme", SiteID: gone.ID, Name: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SitesDelete(ctx, "acme", gone.ID); err != nil {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: gone.ID}); err != nil {
 		t.Fatal(err)
 	}
 	base := siteAgentServer(t, e, true)
@@ -93,7 +101,7 @@ func TestAgentSite(t *testing.T) {
 		{"b cannot renew a's lease", protocol.SiteRenewPath, renew(tok.Token, "b", "1"), nil, 409, "CONFLICT", 0},
 		{"b takes over once it expired", protocol.SiteRegisterPath, reg(tok.Token, "b"), expire, 200, "", 2},
 		{"a has lost it", protocol.SiteRenewPath, renew(tok.Token, "a", "1"), nil, 409, "CONFLICT", 0},
-		{"an unknown token", protocol.SiteRegisterPath, reg(api.SiteTokenPrefix+"nope", "a"), nil, 401, "UNAUTHENTICATED", 0},
+		{"an unknown token", protocol.SiteRegisterPath, reg(sitedomain.TokenPrefix+"nope", "a"), nil, 401, "UNAUTHENTICATED", 0},
 		{"no token", protocol.SiteRegisterPath, reg("", "a"), nil, 401, "UNAUTHENTICATED", 0},
 		{"a revoked token", protocol.SiteRegisterPath, reg(revoked.Token, "a"), nil, 401, "UNAUTHENTICATED", 0},
 		{"a revoked token renewing", protocol.SiteRenewPath, renew(revoked.Token, "b", "2"), nil, 401, "UNAUTHENTICATED", 0},
@@ -138,7 +146,7 @@ func TestAgentSite(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(dump, `"holder":"a"`) || !strings.Contains(dump, `"holder":"b"`) || !strings.Contains(dump, tok.ID) ||
-		strings.Contains(dump, strings.TrimPrefix(tok.Token, api.SiteTokenPrefix)) {
+		strings.Contains(dump, strings.TrimPrefix(tok.Token, sitedomain.TokenPrefix)) {
 		t.Fatalf("site_agents = %s", dump)
 	}
 

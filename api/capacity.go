@@ -6,11 +6,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // Capacity: what the inventory makes bookable, per pool and resource.
@@ -103,13 +102,7 @@ func (s *Server) capacity(ctx context.Context, tx store.Tx, tenantID, poolID str
 	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
 		return nil, 0, err
 	}
-	where := ` WHERE (p.tenant_id = $1 OR o.tenant_id IS NOT NULL) AND (p.id = $2 OR ($2 = '' AND p.archived_at IS NULL))
-		ORDER BY p.created_at, p.id`
-	rows, err := tx.Query(ctx, poolSelect+where, tenantID, poolID)
-	if err != nil {
-		return nil, 0, err
-	}
-	pools, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Pool, error) { return scanPool(r) })
+	pools, err := pooldomain.InView(ctx, tx, tenantID, poolID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -127,7 +120,7 @@ func (s *Server) capacity(ctx context.Context, tx store.Tx, tenantID, poolID str
 	if len(pools) == 0 {
 		return out, at.UnixMilli(), nil
 	}
-	rows, err = tx.Query(ctx, capacityQuery, tenantID, poolID, byProduct)
+	rows, err := tx.Query(ctx, capacityQuery, tenantID, poolID, byProduct)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -228,7 +221,7 @@ func (s *Server) onePool(ctx context.Context, c *Call, tx store.Tx, byProduct bo
 		return PoolCapacity{}, err
 	}
 	if len(pools) != 1 {
-		return PoolCapacity{}, poolNotFound(in.PoolID)
+		return PoolCapacity{}, pooldomain.NotFound(in.PoolID)
 	}
 	return pools[0], nil
 }
@@ -308,7 +301,7 @@ func (s *Server) capacityTimeline(ctx context.Context, c *Call, tx store.Tx) (an
 	}
 	width := (in.To - in.From + int64(n) - 1) / int64(n)
 	n = int((in.To - in.From + width - 1) / width) // no empty trailing buckets
-	if _, err := s.viewPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pooldomain.View(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
 	out := CapacityTimeline{PoolID: in.PoolID, From: in.From, To: in.To, BucketMs: width, Allocatable: map[string]int64{},

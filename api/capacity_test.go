@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/better-compute/api"
@@ -171,7 +173,7 @@ func TestCapacity(t *testing.T) {
 
 	// An offered pool shows in the receiving tenant's summary with its quota;
 	// the other stays out of its view.
-	if _, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 4}}); err != nil {
+	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 4}}); err != nil {
 		t.Fatal(err)
 	}
 	gs, err := g.CapacitySummary(ctx, "globex")

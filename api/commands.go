@@ -11,6 +11,7 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // Command is a node command as the API returns it (docs/agent-protocol.md,
@@ -303,7 +304,7 @@ func (s *Server) commandsRun(ctx context.Context, c *Call, tx store.Tx) (any, er
 	if in.MinGeneration != nil && *in.MinGeneration < 0 {
 		return nil, badField("minGeneration", "range", "minGeneration must be at least 0")
 	}
-	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false)
+	n, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -359,7 +360,7 @@ func (s *Server) commandsGet(ctx context.Context, c *Call, tx store.Tx) (any, er
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
+	if _, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
 		return nil, err
 	}
 	cmd, err := store.GetNodeCommand(ctx, tx, c.TenantID, in.NodeID, in.CommandID)
@@ -384,7 +385,7 @@ func (s *Server) commandsList(ctx context.Context, c *Call, tx store.Tx) (any, e
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
+	if _, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
 		return nil, err
 	}
 	rows, err := store.ListNodeCommands(ctx, tx, c.TenantID, in.NodeID, in.State, limit)
@@ -407,7 +408,7 @@ func (s *Server) commandsCancel(ctx context.Context, c *Call, tx store.Tx) (any,
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
+	if _, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
 		return nil, err
 	}
 	cmd, err := store.CancelNodeCommand(ctx, tx, c.TenantID, in.NodeID, in.CommandID)

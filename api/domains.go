@@ -2,8 +2,10 @@ package api
 
 import (
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/usage"
 )
 
@@ -13,4 +15,6 @@ var Domains = []rpc.Domain{
 	projects.Methods,
 	events.Methods,
 	usage.Methods,
+	pools.Methods,
+	sites.Methods,
 }

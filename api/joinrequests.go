@@ -3,8 +3,9 @@ package api
 import (
 	"context"
 
-	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // JoinRequest is a join request as the API returns it: a join to a pool
@@ -30,7 +31,7 @@ type JoinRequestList struct {
 	Items []JoinRequest `json:"items"`
 }
 
-func joinRequestOf(r store.JoinRequest) JoinRequest {
+func joinRequestOf(r domain.JoinRequest) JoinRequest {
 	return JoinRequest{ID: r.ID, TenantID: r.TenantID, PoolID: r.PoolID, JoinTokenID: r.JoinTokenID, Name: r.Name,
 		HardwareKey: r.HardwareKey, State: r.State, NodeID: r.NodeID, DecidedBy: r.DecidedBy,
 		DecidedAt: msPtr(r.DecidedAt), CreatedAt: r.CreatedAt.UnixMilli(), ExpiresAt: r.ExpiresAt.UnixMilli()}
@@ -51,10 +52,10 @@ func (s *Server) joinRequestsList(ctx context.Context, c *Call, tx store.Tx) (an
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pools.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
-	rows, err := store.ListJoinRequests(ctx, tx, c.TenantID, in.PoolID, in.State, listLimit)
+	rows, err := domain.ListJoinRequests(ctx, tx, c.TenantID, in.PoolID, in.State, listLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -77,27 +78,27 @@ func (s *Server) joinRequestsApprove(ctx context.Context, c *Call, tx store.Tx) 
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	pool, err := s.livePool(ctx, tx, c.TenantID, in.PoolID)
+	pool, err := pools.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return nil, err
 	}
-	r, err := store.GetJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, true)
+	r, err := domain.GetJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := store.JoinRequestPendingCheck(r); err != nil {
+	if err := domain.JoinRequestPendingCheck(r); err != nil {
 		return nil, err
 	}
-	cand, err := checkJoin(protocol.JoinRequest{Token: "-", Name: r.Name, Inventory: r.Inventory, CSR: r.CSR})
+	cand, err := domain.CheckJoin("-", r.Name, r.Inventory, r.CSR)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.admitNode(ctx, tx, pool, cand, c.Caller.IdentityID)
+	res, err := domain.Admit(ctx, tx, s.nodeTypes(), pool, cand, c.Caller.IdentityID, s.rootTenant, s.deps.NodeCA.SignNode)
 	if err != nil {
 		return nil, err
 	}
-	r, err = store.DecideJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, store.JoinRequestDecision{
-		State: store.JoinRequestApproved, NodeID: res.NodeID, Certificate: res.Certificate, DecidedBy: c.Caller.IdentityID})
+	r, err = domain.DecideJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, domain.JoinRequestDecision{
+		State: domain.JoinRequestApproved, NodeID: res.NodeID, Certificate: string(res.Certificate), DecidedBy: c.Caller.IdentityID})
 	if err != nil {
 		return nil, err
 	}
@@ -111,32 +112,23 @@ func (s *Server) joinRequestsReject(ctx context.Context, c *Call, tx store.Tx) (
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.loadPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pools.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
-	r, err := store.DecideJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, store.JoinRequestDecision{
-		State: store.JoinRequestRejected, DecidedBy: c.Caller.IdentityID})
+	r, err := domain.DecideJoinRequest(ctx, tx, c.TenantID, in.PoolID, in.JoinRequestID, domain.JoinRequestDecision{
+		State: domain.JoinRequestRejected, DecidedBy: c.Caller.IdentityID})
 	if err != nil {
 		return nil, err
 	}
 	return joinRequestOf(r), nil
 }
 
-// nodesRevokeIdentity revokes every certificate of the tenant's node: its
-// live session is closed at once (store.NodeIdentityRevokedChannel) and
-// the agent cannot reconnect until it joins again. It answers the node.
+// nodesRevokeIdentity revokes every certificate of the tenant's node
+// (domain.RevokeIdentity). It answers the node.
 func (s *Server) nodesRevokeIdentity(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	n, err := s.lockedNode(ctx, c, tx)
-	if err != nil {
+	var in nodeIDInput
+	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	count, err := store.RevokeNodeIdentities(ctx, tx, n.ID, c.Caller.IdentityID)
-	if err != nil {
-		return nil, err
-	}
-	if err := addNodeEvent(ctx, tx, n.ID, EventIdentityRevoked, "identities revoked",
-		map[string]any{"by": c.Caller.IdentityID, "revoked": count}); err != nil {
-		return nil, err
-	}
-	return n, nil
+	return domain.RevokeIdentity(ctx, tx, c.TenantID, in.NodeID, c.Caller.IdentityID)
 }

@@ -2,16 +2,17 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	"time"
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
+	"github.com/better-compute/better-compute/store/pools"
 )
 
 // JoinToken is a join token as the API returns it. Token is set only in
 // joinTokens.create's answer: it is shown once and stored only as SHA-256
-// (store.HashJoinToken). State is active, expired, exhausted or revoked.
+// (domain.HashJoinToken). State is active, expired, exhausted or revoked.
 type JoinToken struct {
 	ID        string `json:"id"`
 	TenantID  string `json:"tenantId"`
@@ -34,7 +35,7 @@ type JoinTokenList struct {
 }
 
 // JoinTokenPrefix starts every join token.
-const JoinTokenPrefix = store.JoinTokenPrefix
+const JoinTokenPrefix = domain.JoinTokenPrefix
 
 // joinTokens.create's bounds: ttlSeconds in [60 s, 30 days] (24 h when not
 // given), maxUses in [1, 10000] (1 when not given).
@@ -46,32 +47,10 @@ const (
 	maxJoinTokenUses    = 10000
 )
 
-// newJoinToken returns a token ("bcjt_" and 32 random bytes in lower-case
-// base32, as site tokens) and its SHA-256, the only form stored.
-func newJoinToken() (string, []byte, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", nil, err
-	}
-	tok := JoinTokenPrefix + siteTokenEncoding.EncodeToString(b[:])
-	return tok, store.HashJoinToken(tok), nil
-}
-
-func joinTokenOf(t store.JoinToken) JoinToken {
+func joinTokenOf(t domain.JoinToken) JoinToken {
 	return JoinToken{ID: t.ID, TenantID: t.TenantID, PoolID: t.PoolID, Name: t.Name, State: t.State,
 		ExpiresAt: t.ExpiresAt.UnixMilli(), MaxUses: t.MaxUses, Uses: t.Uses, CreatedBy: t.CreatedBy,
 		CreatedAt: t.CreatedAt.UnixMilli(), RevokedAt: msPtr(t.RevokedAt)}
-}
-
-// ownPool reads a pool the tenant owns, unlocked (for reads); any other,
-// even one offered to the tenant, is NOT_FOUND: join tokens are the
-// owner's, as every change to a pool.
-func (s *Server) ownPool(ctx context.Context, tx store.Tx, tenantID, id string) (Pool, error) {
-	p, err := s.viewPool(ctx, tx, tenantID, id)
-	if err == nil && p.TenantID != tenantID {
-		return Pool{}, poolNotFound(id)
-	}
-	return p, err
 }
 
 // joinTokensCreate makes a join token of the tenant's own, live pool whose
@@ -97,7 +76,7 @@ func (s *Server) joinTokensCreate(ctx context.Context, c *Call, tx store.Tx) (an
 			return nil, badField("maxUses", "range", "maxUses must be in [1, %d]", maxJoinTokenUses)
 		}
 	}
-	p, err := s.livePool(ctx, tx, c.TenantID, in.PoolID)
+	p, err := pools.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return nil, err
 	}
@@ -105,11 +84,11 @@ func (s *Server) joinTokensCreate(ctx context.Context, c *Call, tx store.Tx) (an
 		return nil, core.Errorf(core.CodeInvalidState, "pool %s runs no node agent (agent %s): nodes do not join it", p.ID, p.Agent).
 			WithDetails(map[string]any{"reason": "agent"})
 	}
-	tok, hash, err := newJoinToken()
+	tok, hash, err := domain.NewJoinTokenSecret()
 	if err != nil {
 		return nil, err
 	}
-	t, err := store.CreateJoinToken(ctx, tx, store.NewJoinToken{TenantID: p.TenantID, PoolID: p.ID, Name: in.Name,
+	t, err := domain.CreateJoinToken(ctx, tx, domain.NewJoinToken{TenantID: p.TenantID, PoolID: p.ID, Name: in.Name,
 		Hash: hash, TTL: time.Duration(ttl) * time.Second, MaxUses: int(maxUses), CreatedBy: c.Caller.IdentityID})
 	if err != nil {
 		return nil, err
@@ -129,10 +108,10 @@ func (s *Server) joinTokensList(ctx context.Context, c *Call, tx store.Tx) (any,
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pools.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
-	rows, err := store.ListJoinTokens(ctx, tx, c.TenantID, in.PoolID, listLimit)
+	rows, err := domain.ListJoinTokens(ctx, tx, c.TenantID, in.PoolID, listLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -153,10 +132,10 @@ func (s *Server) joinTokensRevoke(ctx context.Context, c *Call, tx store.Tx) (an
 	if err := decode(c.Input, &in); err != nil {
 		return nil, err
 	}
-	if _, err := s.loadPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+	if _, err := pools.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 		return nil, err
 	}
-	t, err := store.RevokeJoinToken(ctx, tx, c.TenantID, in.PoolID, in.TokenID)
+	t, err := domain.RevokeJoinToken(ctx, tx, c.TenantID, in.PoolID, in.TokenID)
 	if err != nil {
 		return nil, err
 	}

@@ -8,18 +8,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 var joinTokenPattern = regexp.MustCompile(`^bcjt_[a-z2-7]{52}$`)
 
 // consumeJoinToken spends one use of token, as the join will.
-func (e *env) consumeJoinToken(token string) (store.JoinToken, error) {
-	var jt store.JoinToken
+func (e *env) consumeJoinToken(token string) (nodesdomain.JoinToken, error) {
+	var jt nodesdomain.JoinToken
 	err := e.store.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) (err error) {
-		jt, err = store.ConsumeJoinToken(context.Background(), tx, token)
+		jt, err = nodesdomain.ConsumeJoinToken(context.Background(), tx, token)
 		return err
 	})
 	return jt, err
@@ -94,7 +97,7 @@ func TestJoinTokens(t *testing.T) {
 		}
 		var hash []byte
 		if err := e.store.Pool.QueryRow(ctx, `SELECT token_hash FROM join_tokens WHERE pool_id = $1 AND token_hash = $2`,
-			p.ID, store.HashJoinToken(plain)).Scan(&hash); err != nil {
+			p.ID, nodesdomain.HashJoinToken(plain)).Scan(&hash); err != nil {
 			t.Fatalf("no row holds the token's hash: %v", err)
 		}
 		if sum := sha256.Sum256([]byte(plain)); string(hash) != string(sum[:]) {
@@ -187,14 +190,14 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PoolsArchive(ctx, "acme", p.ID); err != nil {
+	if _, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("create on an archived pool = %v, want INVALID_STATE", err)
 	}
 	if _, err := e.consumeJoinToken(tok.Token); codeOf(err) != core.CodeInvalidState ||
-		core.AsError(err).Details["reason"] != store.JoinTokenPoolArchived {
+		core.AsError(err).Details["reason"] != nodesdomain.JoinTokenPoolArchived {
 		t.Fatalf("a join into an archived pool = %v, want INVALID_STATE (poolArchived)", err)
 	}
 	if states := e.joinTokenStates("acme", p.ID); len(states) != 1 || states[tok.ID] != "active" {
@@ -203,7 +206,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if rev, err := c.JoinTokensRevoke(ctx, "acme", p.ID, tok.ID); err != nil || rev.State != "revoked" {
 		t.Fatalf("revoke on an archived pool = %+v, %v", rev, err)
 	}
-	none, err := c.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: "acme", SiteID: s.ID, Name: "bmc-only", Class: "metal-dedicated",
+	none, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "bmc-only", Class: "metal-dedicated",
 		GPUModel: "H100", GPUMemoryGb: 80, Agent: "none"})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +230,7 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.PoolsGet(ctx, "acme", p.ID); err != nil { // the projection holds the pool's row
+	if _, err := pools.Get.Call(ctx, a, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil { // the projection holds the pool's row
 		t.Fatal(err)
 	}
 	wantNotFound := func(when string) {
@@ -243,11 +246,11 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 		}
 	}
 	wantNotFound("not offered")
-	if _, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
+	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
 		Quota: map[string]int64{"gpu": 8}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.PoolsGet(ctx, "globex", p.ID); err != nil { // offered: in globex's view
+	if _, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); err != nil { // offered: in globex's view
 		t.Fatal(err)
 	}
 	wantNotFound("offered")

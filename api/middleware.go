@@ -8,13 +8,15 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/better-compute/better-compute/api/httpx"
+
 	"github.com/better-compute/better-compute/core"
 )
 
 const (
 	requestIDHeader = "X-Request-Id"
 	ctxRequestID    = "bc.requestId"
-	ctxLogger       = "bc.logger"
+	ctxLogger       = httpx.LoggerKey
 )
 
 // A caller-supplied request id is kept only when it is short and plain, so it
@@ -73,11 +75,6 @@ func recovery() gin.HandlerFunc {
 	}
 }
 
-func logger(c *gin.Context) *slog.Logger {
-	if l, ok := c.Get(ctxLogger); ok {
-		return l.(*slog.Logger)
-	}
-	return slog.Default()
-}
+func logger(c *gin.Context) *slog.Logger { return httpx.Logger(c) }
 
 func requestIDOf(c *gin.Context) string { return c.GetString(ctxRequestID) }

@@ -2,22 +2,19 @@ package api
 
 import (
 	"context"
-	"math"
 
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // nodes.drain cordons a node and starts its drain workflow
 // (NodeDrainWorkflow, id <nodeId>/drain), which waits until no
 // reservation holds the node's atoms any more ("wait", the default) or
 // releases the active ones and cancels those not begun ("release"), then
-// marks the node drained. The pool's policy.disruptionBudget bounds how many
-// of its nodes drain at once: floor(budget × nodes), at least one when the
-// budget is above zero; past it the drain is refused (INVALID_STATE, reason
-// disruptionBudget) and nothing changes. Draining a node already draining
-// or drained answers it as it is; nodes.uncordon ends a drain.
+// marks the node drained. The pool's disruption budget bounds the drains
+// (domain.Drain); nodes.uncordon ends a drain.
 
 type drainInput struct {
 	NodeID string `json:"nodeId"`
@@ -32,44 +29,7 @@ func (s *Server) nodesDrain(ctx context.Context, c *Call, tx store.Tx) (any, err
 	if in.Mode == "" {
 		in.Mode = nodesact.DrainWait
 	}
-	n, err := s.loadNode(ctx, tx, c.TenantID, in.NodeID, true)
-	if err != nil {
-		return nil, err
-	}
-	if n.DrainState != "" {
-		return n, nil
-	}
-	pool, err := s.loadPool(ctx, tx, c.TenantID, n.PoolID)
-	if err != nil {
-		return nil, err
-	}
-	var total, draining int
-	if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE drain_state = 'draining')
-		FROM nodes WHERE pool_id = $1 AND deleted_at IS NULL`, n.PoolID).Scan(&total, &draining); err != nil {
-		return nil, err
-	}
-	budget := DefaultDisruptionBudget
-	if pool.Policy.DisruptionBudget != nil {
-		budget = *pool.Policy.DisruptionBudget
-	}
-	allowed := int(math.Floor(budget * float64(total)))
-	if budget > 0 && allowed < 1 {
-		allowed = 1
-	}
-	if draining+1 > allowed {
-		return nil, core.Errorf(core.CodeInvalidState, "pool %s's disruption budget (%g of %d nodes) allows %d draining nodes, and %d are",
-			pool.ID, budget, total, allowed, draining).
-			WithDetails(map[string]any{"reason": "disruptionBudget", "limit": allowed, "draining": draining})
-	}
-	if _, err := tx.Exec(ctx, `UPDATE nodes SET cordoned = true, drain_state = 'draining', drain_mode = $2,
-			drain_requested_at = now(), generation = generation + 1, updated_at = now() WHERE id = $1`, n.ID, in.Mode); err != nil {
-		return nil, err
-	}
-	if err := addNodeEvent(ctx, tx, n.ID, EventDraining, "draining ("+in.Mode+") by "+c.Caller.IdentityID,
-		map[string]any{"by": c.Caller.IdentityID, "mode": in.Mode}); err != nil {
-		return nil, err
-	}
-	return s.loadNode(ctx, tx, c.TenantID, n.ID, false)
+	return domain.Drain(ctx, tx, c.TenantID, in.NodeID, in.Mode, c.Caller.IdentityID)
 }
 
 // afterDrain starts the node's drain workflow once the drain is committed.

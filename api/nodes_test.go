@@ -8,11 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // fixture reads a NodeInventory v1 document of core/inventory/testdata.
@@ -63,10 +66,10 @@ func (e *env) ingest(nodeID string, doc []byte) api.IngestResult {
 }
 
 // poolWith makes a pool with sharing and policy.
-func (e *env) poolWith(tenant, siteID, name, model, sharing, policy string) api.Pool {
+func (e *env) poolWith(tenant, siteID, name, model, sharing, policy string) pools.Pool {
 	e.t.Helper()
-	p, err := e.client(e.tokenOf(tenant)).PoolsCreate(context.Background(), api.PoolsCreateInput{TenantID: tenant, SiteID: siteID,
-		Name: name, Class: "metal-host", GPUModel: model, GPUMemoryGb: 80, Sharing: sharing, Policy: json.RawMessage(policy)})
+	p, err := pools.Create.Call(context.Background(), e.client(e.tokenOf(tenant)), pools.CreateInput{TenantID: tenant, SiteID: siteID,
+		Name: name, Class: "metal-host", GPUModel: model, GPUMemoryGb: 80, Sharing: sharing, Policy: policyOf(e.t, policy)})
 	if err != nil {
 		e.t.Fatalf("pools.create %s: %v", name, err)
 	}
@@ -200,7 +203,7 @@ func TestNodesIngestAndRead(t *testing.T) {
 
 	// Events, newest first, with a limit.
 	ev, err := c.NodesEvents(ctx, "acme", n.ID, 0)
-	if err != nil || len(ev.Items) < 5 || ev.Items[len(ev.Items)-1].Type != api.EventCreated || ev.Items[0].Type != api.EventConditionClear {
+	if err != nil || len(ev.Items) < 5 || ev.Items[len(ev.Items)-1].Type != nodesdomain.EventCreated || ev.Items[0].Type != nodesdomain.EventConditionClear {
 		t.Fatalf("events = %+v, %v", ev, err)
 	}
 	if ev, err := c.NodesEvents(ctx, "acme", n.ID, 2); err != nil || len(ev.Items) != 2 {
@@ -316,7 +319,7 @@ func TestNodesPartitionPolicies(t *testing.T) {
 	}
 }
 
-func wantDevicesOf(t *testing.T, doc []byte, p api.Pool) int {
+func wantDevicesOf(t *testing.T, doc []byte, p pools.Pool) int {
 	n, _ := expectDevices(t, doc, inventory.PartitionPolicy{Sharing: p.Sharing, Replicas: p.Policy.Sharing.Replicas})
 	return n
 }
@@ -352,7 +355,7 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 	if again, err := c.NodesCordon(ctx, "acme", n.ID); err != nil || !again.Cordoned || again.Generation != got.Generation {
 		t.Fatalf("second cordon = %+v, %v", again, err)
 	}
-	if ev := events(); len(ev) != before+1 || ev[0] != api.EventCordoned {
+	if ev := events(); len(ev) != before+1 || ev[0] != nodesdomain.EventCordoned {
 		t.Fatalf("events after two cordons = %v", ev)
 	}
 	if got, err := c.NodesUncordon(ctx, "acme", n.ID); err != nil || got.Cordoned || !got.Schedulable {
@@ -361,7 +364,7 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 	if _, err := c.NodesUncordon(ctx, "acme", n.ID); err != nil {
 		t.Fatal(err)
 	}
-	if ev := events(); len(ev) != before+2 || ev[0] != api.EventUncordoned {
+	if ev := events(); len(ev) != before+2 || ev[0] != nodesdomain.EventUncordoned {
 		t.Fatalf("events after uncordons = %v", ev)
 	}
 
@@ -419,7 +422,7 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 		}
 	}
 	ev := events()
-	if !slices.Contains(ev, api.EventLabelsChanged) || !slices.Contains(ev, api.EventTaintsChanged) {
+	if !slices.Contains(ev, nodesdomain.EventLabelsChanged) || !slices.Contains(ev, nodesdomain.EventTaintsChanged) {
 		t.Fatalf("events = %v", ev)
 	}
 

@@ -6,15 +6,18 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/sites"
+
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
 
 // pool makes an H100 metal-host pool in tenant on site.
-func (e *env) pool(token, tenant, siteID, name string) api.Pool {
+func (e *env) pool(token, tenant, siteID, name string) pools.Pool {
 	e.t.Helper()
-	p, err := e.client(token).PoolsCreate(context.Background(), api.PoolsCreateInput{
+	p, err := pools.Create.Call(context.Background(), e.client(token), pools.CreateInput{
 		TenantID: tenant, SiteID: siteID, Name: name, Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80})
 	if err != nil {
 		e.t.Fatalf("pools.create %s/%s: %v", tenant, name, err)
@@ -27,9 +30,9 @@ func TestPoolsLifecycle(t *testing.T) {
 	ctx := context.Background()
 	c := e.client(e.boot.UserToken)
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
-	p, err := c.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: "acme", SiteID: s.ID, Name: "train", Class: "metal-host",
+	p, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "train", Class: "metal-host",
 		GPUModel: "H100", GPUMemoryGb: 80, Sharing: "timeslice",
-		Policy: json.RawMessage(`{"acceptance":["burn-in"],"overcommit":{"vcpu":2},"lostAfter":"5m","admission":{"budgetCheck":true},
+		Policy: policyOf(t, `{"acceptance":["burn-in"],"overcommit":{"vcpu":2},"lostAfter":"5m","admission":{"budgetCheck":true},
 			"maxPending":10,"hardwareProfile":"hp-1","sharing":{"replicas":4},"tenantRoot":true}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -50,78 +53,78 @@ func TestPoolsLifecycle(t *testing.T) {
 		}
 	}
 	// Defaults: exclusive sharing; a provider pool's agent is none.
-	prov, err := c.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: "acme", SiteID: s.ID, Name: "cloud", Class: "provider",
+	prov, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "cloud", Class: "provider",
 		GPUModel: "L40S", GPUMemoryGb: 48, ProviderAccountID: core.NewID("pacct")})
 	if err != nil || prov.Sharing != "exclusive" || prov.Agent != "none" || prov.ProviderAccountID == "" {
 		t.Fatalf("provider pool = %+v, %v", prov, err)
 	}
-	if _, err := c.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: "acme", SiteID: s.ID, Name: "train", Class: "vps-host", GPUModel: "A100", GPUMemoryGb: 40}); codeOf(err) != core.CodeConflict {
+	if _, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "train", Class: "vps-host", GPUModel: "A100", GPUMemoryGb: 40}); codeOf(err) != core.CodeConflict {
 		t.Fatalf("duplicate name = %v, want CONFLICT", err)
 	}
-	if got, err := c.PoolsGet(ctx, "acme", p.ID); err != nil || got.ID != p.ID || got.Policy.Sharing.Replicas != 4 {
+	if got, err := pools.Get.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil || got.ID != p.ID || got.Policy.Sharing.Replicas != 4 {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
-	if list, err := c.PoolsList(ctx, api.PoolsListInput{TenantID: "acme"}); err != nil || len(list.Items) != 2 {
+	if list, err := pools.List.Call(ctx, c, pools.ListInput{TenantID: "acme"}); err != nil || len(list.Items) != 2 {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
-	if list, err := c.PoolsList(ctx, api.PoolsListInput{TenantID: "acme", Class: "provider"}); err != nil || len(list.Items) != 1 || list.Items[0].ID != prov.ID {
+	if list, err := pools.List.Call(ctx, c, pools.ListInput{TenantID: "acme", Class: "provider"}); err != nil || len(list.Items) != 1 || list.Items[0].ID != prov.ID {
 		t.Fatalf("list of provider pools = %+v, %v", list, err)
 	}
 	// Update: the policy is replaced whole and checked against the sharing.
 	name, mig := "train-2", "mig"
-	if _, err := c.PoolsUpdate(ctx, api.PoolsUpdateInput{TenantID: "acme", PoolID: p.ID, Sharing: &mig}); codeOf(err) != core.CodeInvalidInput {
+	if _, err := pools.Update.Call(ctx, c, pools.UpdateInput{TenantID: "acme", PoolID: p.ID, Sharing: &mig}); codeOf(err) != core.CodeInvalidInput {
 		t.Fatalf("mig with sharing.replicas kept = %v, want INVALID_INPUT", err)
 	}
-	up, err := c.PoolsUpdate(ctx, api.PoolsUpdateInput{TenantID: "acme", PoolID: p.ID, Name: &name, Sharing: &mig,
-		Policy: json.RawMessage(`{"migLayout":"all-1g.10gb","disruptionBudget":0.2}`)})
+	up, err := pools.Update.Call(ctx, c, pools.UpdateInput{TenantID: "acme", PoolID: p.ID, Name: &name, Sharing: &mig,
+		Policy: policyOf(t, `{"migLayout":"all-1g.10gb","disruptionBudget":0.2}`)})
 	if err != nil || up.Name != "train-2" || up.Sharing != "mig" || up.Policy.MigLayout != "all-1g.10gb" || *up.Policy.DisruptionBudget != 0.2 || up.Policy.Sharing != nil {
 		t.Fatalf("update = %+v, %v", up, err)
 	}
 	if row, _ := store.GetAuthzResource(ctx, e.store.Pool, "compute-pool", p.ID); row.Attributes["sharing"] != "mig" {
 		t.Fatalf("authz row after update = %+v", row)
 	}
-	if _, err := c.PoolsUpdate(ctx, api.PoolsUpdateInput{TenantID: "acme", PoolID: prov.ID, Name: &name}); codeOf(err) != core.CodeConflict {
+	if _, err := pools.Update.Call(ctx, c, pools.UpdateInput{TenantID: "acme", PoolID: prov.ID, Name: &name}); codeOf(err) != core.CodeConflict {
 		t.Fatalf("rename onto a taken name = %v, want CONFLICT", err)
 	}
 	// The pool's region is its site's: a new site region reaches its row.
 	west := "eu-west"
-	if _, err := c.SitesUpdate(ctx, api.SitesUpdateInput{TenantID: "acme", SiteID: s.ID, Region: &west}); err != nil {
+	if _, err := sites.Update.Call(ctx, c, sites.UpdateInput{TenantID: "acme", SiteID: s.ID, Region: &west}); err != nil {
 		t.Fatal(err)
 	}
 	if row, _ := store.GetAuthzResource(ctx, e.store.Pool, "compute-pool", p.ID); row.Attributes["region"] != "eu-west" {
 		t.Fatalf("pool's authz row after the site moved = %+v", row)
 	}
-	if got, err := c.PoolsGet(ctx, "acme", p.ID); err != nil || got.Region != "eu-west" {
+	if got, err := pools.Get.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil || got.Region != "eu-west" {
 		t.Fatalf("pool after the site moved = %+v, %v", got, err)
 	}
 	// A site with live pools cannot be deleted.
-	if _, err := c.SitesDelete(ctx, "acme", s.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("delete of a site with pools = %v, want INVALID_STATE", err)
 	}
-	arch, err := c.PoolsArchive(ctx, "acme", p.ID)
+	arch, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil || arch.ArchivedAt == nil {
 		t.Fatalf("archive = %+v, %v", arch, err)
 	}
-	if _, err := c.PoolsArchive(ctx, "acme", p.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("second archive = %v, want INVALID_STATE", err)
 	}
-	if _, err := c.PoolsUpdate(ctx, api.PoolsUpdateInput{TenantID: "acme", PoolID: p.ID, Name: &name}); codeOf(err) != core.CodeInvalidState {
+	if _, err := pools.Update.Call(ctx, c, pools.UpdateInput{TenantID: "acme", PoolID: p.ID, Name: &name}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("update of an archived pool = %v, want INVALID_STATE", err)
 	}
-	if _, err := c.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex"}); codeOf(err) != core.CodeInvalidState {
+	if _, err := pools.Offer.Call(ctx, c, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex"}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("offer of an archived pool = %v, want INVALID_STATE", err)
 	}
-	if list, err := c.PoolsList(ctx, api.PoolsListInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 || list.Items[0].ID != prov.ID {
+	if list, err := pools.List.Call(ctx, c, pools.ListInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 || list.Items[0].ID != prov.ID {
 		t.Fatalf("list after archive = %+v, %v", list, err)
 	}
 	// A deleted site takes no pools.
-	if _, err := c.PoolsArchive(ctx, "acme", prov.ID); err != nil {
+	if _, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: prov.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SitesDelete(ctx, "acme", s.ID); err != nil {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: "acme", SiteID: s.ID, Name: "late", Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80}); codeOf(err) != core.CodeInvalidState {
+	if _, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "late", Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("pool on a deleted site = %v, want INVALID_STATE", err)
 	}
 }
@@ -184,30 +187,30 @@ func TestPoolsNotFound(t *testing.T) {
 	c := e.client(e.boot.UserToken)
 	gs := e.site(e.globex, "globex", "nyc-1", "custom")
 	// Another tenant's site is not in acme's view.
-	if _, err := c.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: "acme", SiteID: gs.ID, Name: "p", Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80}); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: gs.ID, Name: "p", Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("pool on globex's site = %v, want NOT_FOUND", err)
 	}
 	gp := e.pool(e.globex, "globex", gs.ID, "gp")
 	missing := core.NewID("pool")
 	name := "x"
 	for _, id := range []string{missing, gp.ID} {
-		if _, err := c.PoolsGet(ctx, "acme", id); codeOf(err) != core.CodeNotFound {
+		if _, err := pools.Get.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: id}); codeOf(err) != core.CodeNotFound {
 			t.Errorf("get %s = %v, want NOT_FOUND", id, err)
 		}
-		if _, err := c.PoolsUpdate(ctx, api.PoolsUpdateInput{TenantID: "acme", PoolID: id, Name: &name}); codeOf(err) != core.CodeNotFound {
+		if _, err := pools.Update.Call(ctx, c, pools.UpdateInput{TenantID: "acme", PoolID: id, Name: &name}); codeOf(err) != core.CodeNotFound {
 			t.Errorf("update %s = %v, want NOT_FOUND", id, err)
 		}
-		if _, err := c.PoolsArchive(ctx, "acme", id); codeOf(err) != core.CodeNotFound {
+		if _, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: id}); codeOf(err) != core.CodeNotFound {
 			t.Errorf("archive %s = %v, want NOT_FOUND", id, err)
 		}
-		if _, err := c.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: id, ToTenantID: "initech"}); codeOf(err) != core.CodeNotFound {
+		if _, err := pools.Offer.Call(ctx, c, pools.OfferInput{TenantID: "acme", PoolID: id, ToTenantID: "initech"}); codeOf(err) != core.CodeNotFound {
 			t.Errorf("offer %s = %v, want NOT_FOUND", id, err)
 		}
-		if _, err := c.PoolsUnoffer(ctx, "acme", id, "initech"); codeOf(err) != core.CodeNotFound {
+		if _, err := pools.Unoffer.Call(ctx, c, pools.UnofferInput{TenantID: "acme", PoolID: id, ToTenantID: "initech"}); codeOf(err) != core.CodeNotFound {
 			t.Errorf("unoffer %s = %v, want NOT_FOUND", id, err)
 		}
 	}
-	if list, err := c.PoolsList(ctx, api.PoolsListInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
+	if list, err := pools.List.Call(ctx, c, pools.ListInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("acme's list = %+v, %v", list, err)
 	}
 }
@@ -221,14 +224,14 @@ func TestPoolsOfferAndUnoffer(t *testing.T) {
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.pool(e.boot.UserToken, "acme", s.ID, "shared-h100")
 	// Resolve the pool once, so the projection holds its row before the offer.
-	if _, err := a.PoolsGet(ctx, "acme", p.ID); err != nil {
+	if _, err := pools.Get.Call(ctx, a, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.PoolsGet(ctx, "globex", p.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex get before the offer = %v, want NOT_FOUND", err)
 	}
 	prio := 5
-	o, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
+	o, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
 		Quota: map[string]int64{"gpu": 8, "vcpu": 64}, Priority: &prio, IncludeDescendants: true})
 	if err != nil || o.PoolID != p.ID || o.TenantID != "globex" || o.Quota["gpu"] != 8 || o.Priority == nil || *o.Priority != 5 || !o.IncludeDescendants {
 		t.Fatalf("offer = %+v, %v", o, err)
@@ -236,27 +239,27 @@ func TestPoolsOfferAndUnoffer(t *testing.T) {
 	if row, err := store.GetAuthzResource(ctx, e.store.Pool, "compute-pool", p.ID); err != nil || !slices.Equal(row.SharedWith, []string{"globex"}) {
 		t.Fatalf("authz row after the offer = %+v, %v", row, err)
 	}
-	got, err := g.PoolsGet(ctx, "globex", p.ID)
+	got, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID})
 	if err != nil || got.ID != p.ID || got.TenantID != "acme" || got.Offer == nil || got.Offer.Quota["gpu"] != 8 {
 		t.Fatalf("globex get = %+v, %v", got, err)
 	}
-	list, err := g.PoolsList(ctx, api.PoolsListInput{TenantID: "globex"})
+	list, err := pools.List.Call(ctx, g, pools.ListInput{TenantID: "globex"})
 	if err != nil || len(list.Items) != 1 || list.Items[0].ID != p.ID {
 		t.Fatalf("globex list = %+v, %v", list, err)
 	}
 	// Offered is not owned: globex cannot change it.
 	name := "mine"
-	if _, err := g.PoolsUpdate(ctx, api.PoolsUpdateInput{TenantID: "globex", PoolID: p.ID, Name: &name}); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.Update.Call(ctx, g, pools.UpdateInput{TenantID: "globex", PoolID: p.ID, Name: &name}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex update = %v, want NOT_FOUND", err)
 	}
-	if _, err := g.PoolsArchive(ctx, "globex", p.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.Archive.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex archive = %v, want NOT_FOUND", err)
 	}
-	if _, err := g.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "globex", PoolID: p.ID, ToTenantID: "initech"}); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.Offer.Call(ctx, g, pools.OfferInput{TenantID: "globex", PoolID: p.ID, ToTenantID: "initech"}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex re-offer = %v, want NOT_FOUND", err)
 	}
 	// Offering again replaces the offer (one row per pool and tenant).
-	if o, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 2}}); err != nil ||
+	if o, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 2}}); err != nil ||
 		o.Quota["gpu"] != 2 || o.Quota["vcpu"] != 0 || o.Priority != nil || o.IncludeDescendants {
 		t.Fatalf("second offer = %+v, %v", o, err)
 	}
@@ -264,23 +267,36 @@ func TestPoolsOfferAndUnoffer(t *testing.T) {
 	if err := e.store.Pool.QueryRow(ctx, `SELECT count(*) FROM pool_offers WHERE pool_id = $1`, p.ID).Scan(&offers); err != nil || offers != 1 {
 		t.Fatalf("%d offers, %v", offers, err)
 	}
-	if un, err := a.PoolsUnoffer(ctx, "acme", p.ID, "globex"); err != nil || un.TenantID != "globex" {
+	if un, err := pools.Unoffer.Call(ctx, a, pools.UnofferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex"}); err != nil || un.TenantID != "globex" {
 		t.Fatalf("unoffer = %+v, %v", un, err)
 	}
-	if _, err := g.PoolsGet(ctx, "globex", p.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex get after unoffer = %v, want NOT_FOUND", err)
 	}
-	if list, err := g.PoolsList(ctx, api.PoolsListInput{TenantID: "globex"}); err != nil || len(list.Items) != 0 {
+	if list, err := pools.List.Call(ctx, g, pools.ListInput{TenantID: "globex"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("globex list after unoffer = %+v, %v", list, err)
 	}
 	if row, err := store.GetAuthzResource(ctx, e.store.Pool, "compute-pool", p.ID); err != nil || len(row.SharedWith) != 0 {
 		t.Fatalf("authz row after unoffer = %+v, %v", row, err)
 	}
-	if _, err := a.PoolsUnoffer(ctx, "acme", p.ID, "globex"); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.Unoffer.Call(ctx, a, pools.UnofferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex"}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("second unoffer = %v, want NOT_FOUND", err)
 	}
 	// acme still has it.
-	if list, err := a.PoolsList(ctx, api.PoolsListInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 {
+	if list, err := pools.List.Call(ctx, a, pools.ListInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 {
 		t.Fatalf("acme list = %+v, %v", list, err)
 	}
+}
+
+// policyOf reads a pool policy written as JSON ("" is none).
+func policyOf(t testing.TB, raw string) *pools.Policy {
+	t.Helper()
+	if raw == "" {
+		return nil
+	}
+	var p pools.Policy
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		t.Fatalf("policy %s: %v", raw, err)
+	}
+	return &p
 }

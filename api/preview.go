@@ -11,6 +11,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // capacity.preview: would a reservation's devices fit in a pool over
@@ -125,7 +126,7 @@ func (s *Server) capacityPreview(ctx context.Context, c *Call, tx store.Tx) (any
 	case in.Duration <= 0 || in.Duration > MaxPreviewDurationSeconds:
 		return nil, badField("duration", "range", "duration must be in [1, %d] seconds", MaxPreviewDurationSeconds)
 	}
-	pool, err := s.viewPool(ctx, tx, c.TenantID, in.PoolID)
+	pool, err := pooldomain.View(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return nil, err
 	}

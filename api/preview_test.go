@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
@@ -138,7 +140,7 @@ func TestCapacityPreview(t *testing.T) {
 	if _, err := g.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: "acme", PoolID: p.ID, Devices: gpus(1, ""), Duration: 60}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex in acme = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 4}}); err != nil {
+	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 4}}); err != nil {
 		t.Fatal(err)
 	}
 	got = preview(g, "globex", gpus(4, ""), start)

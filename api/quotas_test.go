@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/core"
 )
 
@@ -17,62 +18,62 @@ func TestQuotas(t *testing.T) {
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.pool(e.boot.UserToken, "acme", s.ID, "h100")
 	other := e.pool(e.boot.UserToken, "acme", s.ID, "spare")
-	if _, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 8}}); err != nil {
+	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 8}}); err != nil {
 		t.Fatal(err)
 	}
-	q, err := g.QuotasGet(ctx, "globex", "")
+	q, err := pools.QuotasGet.Call(ctx, g, pools.QuotasGetInput{TenantID: "globex", PoolID: ""})
 	if err != nil || len(q.Items) != 1 || q.Items[0].PoolID != p.ID || q.Items[0].Quota["gpu"] != 8 || q.Items[0].Quota["vcpu"] != 0 {
 		t.Fatalf("globex quotas = %+v, %v", q, err)
 	}
-	if q, err := g.QuotasGet(ctx, "globex", p.ID); err != nil || len(q.Items) != 1 {
+	if q, err := pools.QuotasGet.Call(ctx, g, pools.QuotasGetInput{TenantID: "globex", PoolID: p.ID}); err != nil || len(q.Items) != 1 {
 		t.Fatalf("globex quota on the pool = %+v, %v", q, err)
 	}
 	// A pool outside the view is NOT_FOUND; the tenant's own pool has no offer.
-	if _, err := g.QuotasGet(ctx, "globex", other.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.QuotasGet.Call(ctx, g, pools.QuotasGetInput{TenantID: "globex", PoolID: other.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("quota on a pool not offered = %v, want NOT_FOUND", err)
 	}
-	if q, err := a.QuotasGet(ctx, "acme", p.ID); err != nil || len(q.Items) != 0 {
+	if q, err := pools.QuotasGet.Call(ctx, a, pools.QuotasGetInput{TenantID: "acme", PoolID: p.ID}); err != nil || len(q.Items) != 0 {
 		t.Fatalf("acme's quota on its own pool = %+v, %v", q, err)
 	}
 	// quotas.set is decided on compute-fleet, in the root tenant.
-	if _, err := a.QuotasSet(ctx, "acme", p.ID, map[string]int64{"gpu": 1}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := pools.QuotasSet.Call(ctx, a, pools.QuotasSetInput{TenantID: "acme", PoolID: p.ID, Quota: map[string]int64{"gpu": 1}}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("acme user quotas.set = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := g.QuotasSet(ctx, "globex", p.ID, map[string]int64{"gpu": 100}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := pools.QuotasSet.Call(ctx, g, pools.QuotasSetInput{TenantID: "globex", PoolID: p.ID, Quota: map[string]int64{"gpu": 100}}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex raising its own quota = %v, want ACCESS_DENIED", err)
 	}
-	o, err := root.QuotasSet(ctx, "globex", p.ID, map[string]int64{"gpu": 4, "memoryGiB": 512})
+	o, err := pools.QuotasSet.Call(ctx, root, pools.QuotasSetInput{TenantID: "globex", PoolID: p.ID, Quota: map[string]int64{"gpu": 4, "memoryGiB": 512}})
 	if err != nil || o.TenantID != "globex" || o.Quota["gpu"] != 4 || o.Quota["memoryGiB"] != 512 {
 		t.Fatalf("root quotas.set = %+v, %v", o, err)
 	}
 	// One source of truth: the offer carries the new quota.
-	if got, err := g.PoolsGet(ctx, "globex", p.ID); err != nil || got.Offer == nil || got.Offer.Quota["gpu"] != 4 {
+	if got, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); err != nil || got.Offer == nil || got.Offer.Quota["gpu"] != 4 {
 		t.Fatalf("globex pool after quotas.set = %+v, %v", got, err)
 	}
-	if _, err := root.QuotasSet(ctx, "globex", other.ID, map[string]int64{"gpu": 1}); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.QuotasSet.Call(ctx, root, pools.QuotasSetInput{TenantID: "globex", PoolID: other.ID, Quota: map[string]int64{"gpu": 1}}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("quotas.set on a pool not offered = %v, want NOT_FOUND", err)
 	}
-	if _, err := root.QuotasSet(ctx, "globex", core.NewID("pool"), nil); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.QuotasSet.Call(ctx, root, pools.QuotasSetInput{TenantID: "globex", PoolID: core.NewID("pool"), Quota: pools.Quota{}}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("quotas.set on a missing pool = %v, want NOT_FOUND", err)
 	}
 	// Unoffer: the quota goes with the offer.
-	if _, err := a.PoolsUnoffer(ctx, "acme", p.ID, "globex"); err != nil {
+	if _, err := pools.Unoffer.Call(ctx, a, pools.UnofferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex"}); err != nil {
 		t.Fatal(err)
 	}
-	if q, err := g.QuotasGet(ctx, "globex", ""); err != nil || len(q.Items) != 0 {
+	if q, err := pools.QuotasGet.Call(ctx, g, pools.QuotasGetInput{TenantID: "globex", PoolID: ""}); err != nil || len(q.Items) != 0 {
 		t.Fatalf("globex quotas after unoffer = %+v, %v", q, err)
 	}
-	if _, err := root.QuotasSet(ctx, "globex", p.ID, map[string]int64{"gpu": 1}); codeOf(err) != core.CodeNotFound {
+	if _, err := pools.QuotasSet.Call(ctx, root, pools.QuotasSetInput{TenantID: "globex", PoolID: p.ID, Quota: map[string]int64{"gpu": 1}}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("quotas.set after unoffer = %v, want NOT_FOUND", err)
 	}
 	// Archived pools refuse quota changes.
-	if _, err := a.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex"}); err != nil {
+	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.PoolsArchive(ctx, "acme", p.ID); err != nil {
+	if _, err := pools.Archive.Call(ctx, a, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := root.QuotasSet(ctx, "globex", p.ID, map[string]int64{"gpu": 1}); codeOf(err) != core.CodeInvalidState {
+	if _, err := pools.QuotasSet.Call(ctx, root, pools.QuotasSetInput{TenantID: "globex", PoolID: p.ID, Quota: map[string]int64{"gpu": 1}}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("quotas.set on an archived pool = %v, want INVALID_STATE", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // reservations.create is an admission (admission.go):
@@ -134,7 +135,7 @@ func (s *Server) reservationsPrepare(ctx context.Context, c *Call, tx store.Tx, 
 		return iam.Resource{}, core.Errorf(core.CodeUnsupported, "binding node is planned for v0.5").
 			WithDetails(map[string]any{"field": "binding", "reason": "planned", "phase": "v0.5"})
 	}
-	pool, err := s.viewPool(ctx, tx, c.TenantID, in.PoolID)
+	pool, err := pooldomain.View(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
 		return iam.Resource{}, err
 	}
@@ -184,7 +185,7 @@ func (s *Server) reservationsPrepare(ctx context.Context, c *Call, tx store.Tx, 
 // reservationAuthzRow is a reservation's authorization row: parent its pool,
 // owner its creator, and the attributes policies decide on, durationHours
 // rounded up from durationSeconds.
-func (s *Server) reservationAuthzRow(tenantID, id, ownerID string, pool Pool, req placement.Request,
+func (s *Server) reservationAuthzRow(tenantID, id, ownerID string, pool pooldomain.Pool, req placement.Request,
 	durationSeconds int64, binding, projectID string, spot bool) store.AuthzResource {
 	attrs := map[string]any{"region": pool.Region, "gpuModel": pool.GPUModel,
 		"durationHours": (durationSeconds + 3599) / 3600, "binding": binding, "spot": spot}
@@ -220,7 +221,7 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 	if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, reservations.State(r.State), reservations.Pending, nil); err != nil {
 		return nil, err
 	}
-	pool, err := s.viewPool(ctx, tx, c.TenantID, r.PoolID)
+	pool, err := pooldomain.View(ctx, tx, c.TenantID, r.PoolID)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	pooldomain "github.com/better-compute/better-compute/store/pools"
 )
 
 // A reservation's life after placement. PostgreSQL holds the truth and the
@@ -212,7 +213,7 @@ func (s *Server) extendPrepare(ctx context.Context, c *Call, tx store.Tx, _ stri
 		return iam.Resource{}, badField("duration", "range",
 			"duration %d s ends before the reservation's current end; a reservation can only be extended", in.Duration)
 	}
-	pool, err := s.viewPool(ctx, tx, c.TenantID, r.PoolID)
+	pool, err := pooldomain.View(ctx, tx, c.TenantID, r.PoolID)
 	if err != nil {
 		return iam.Resource{}, err
 	}
@@ -255,7 +256,7 @@ func (s *Server) extendComplete(ctx context.Context, c *Call, tx store.Tx) (any,
 			WithDetails(map[string]any{"reason": "concurrentExtension", "reservationId": r.ID})
 	}
 	if end > r.End {
-		pool, err := s.viewPool(ctx, tx, c.TenantID, r.PoolID)
+		pool, err := pooldomain.View(ctx, tx, c.TenantID, r.PoolID)
 		if err != nil {
 			return nil, err
 		}
@@ -302,7 +303,7 @@ func (s *Server) extendUndo(ctx context.Context, c *Call, tx store.Tx) error {
 	if err != nil {
 		return err
 	}
-	pool, err := s.viewPool(ctx, tx, c.TenantID, r.PoolID)
+	pool, err := pooldomain.View(ctx, tx, c.TenantID, r.PoolID)
 	if err != nil {
 		return err
 	}
@@ -348,7 +349,7 @@ func (s *Server) extendStarted(ctx context.Context, c *Call) error {
 //     policy.maxPending, the tenant's other reservations in the pool that
 //     have not begun yet stay below it, so no tenant hoards the pool's
 //     future (a reservation starting now is never held back by it).
-func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool Pool, r Reservation, from, to int64, newReservation bool) error {
+func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pooldomain.Pool, r Reservation, from, to int64, newReservation bool) error {
 	offered := pool.TenantID != tenantID && pool.Offer != nil
 	maxPending := pool.Policy.MaxPending
 	if !newReservation {

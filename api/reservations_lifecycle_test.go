@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
@@ -208,7 +210,7 @@ func TestReservationsExtendWithinTheOfferQuota(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p, _ := h100Pool(t, e)
-	if _, err := e.client(e.boot.UserToken).PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
+	if _, err := pools.Offer.Call(ctx, e.client(e.boot.UserToken), pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
 		Quota: map[string]int64{"gpu": 3}}); err != nil {
 		t.Fatal(err)
 	}

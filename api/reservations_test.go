@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
@@ -22,7 +24,7 @@ import (
 var reservationsT0 = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // h100Pool makes acme's H100 pool with one schedulable 8-GPU node.
-func h100Pool(t *testing.T, e *env) (api.Pool, api.Node) {
+func h100Pool(t *testing.T, e *env) (pools.Pool, api.Node) {
 	t.Helper()
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{}`)
@@ -196,7 +198,7 @@ func TestReservationsQuotaOnAnOfferedPool(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p, _ := h100Pool(t, e)
-	if _, err := e.client(e.boot.UserToken).PoolsOffer(ctx, api.PoolsOfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
+	if _, err := pools.Offer.Call(ctx, e.client(e.boot.UserToken), pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex",
 		Quota: map[string]int64{"gpu": 3}}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,10 +11,11 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/client"
 
-	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/api/httpx"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
@@ -46,27 +45,22 @@ type Deps struct {
 	// IAMAdmin, when set, is mounted at /api/iam/ (the IAM admin surface).
 	IAMAdmin http.Handler
 	Logger   *slog.Logger
-	// NodeCA signs the certificates of joining nodes; without it the join
-	// endpoints (POST /agent/v1/join, /agent/v1/join/status) answer
-	// UNAVAILABLE "no node CA configured".
+	// NodeCA signs the certificates of join requests joinRequests.approve
+	// admits; without it that method answers UNAVAILABLE "no node CA
+	// configured".
 	NodeCA *nodeca.CA
-	// AgentEndpoint is where joined agents open their session
-	// ("https://host:port", the agent listener), told to them at join.
-	AgentEndpoint string
-	// AgentLease is a node session's liveness lease (default
-	// DefaultAgentLease, 40 s); AgentHeartbeat the heartbeat period the
-	// session asks of the agent (default DefaultAgentHeartbeat, 10 s).
-	// Tests shrink them.
-	AgentLease     time.Duration
-	AgentHeartbeat time.Duration
-	// TemporalAddress (host:port) and TemporalNamespace are the Temporal
-	// frontend site agents (`bcd site`) are told to dial at registration;
-	// without them POST /agent/v1/site/register answers UNAVAILABLE.
-	TemporalAddress   string
-	TemporalNamespace string
-	// SiteLease is the ttl of a site agent's boot lease (default
-	// DefaultSiteLease, 30 s). Tests shrink it.
-	SiteLease time.Duration
+	// Routes, when set, mounts more routes on the API listener (the agent
+	// gateway's join and site endpoints), with the API's middleware.
+	Routes RouteMounter
+	// Metrics, when set, is the registry the API's series go to and
+	// /metrics serves, so other parts of the process (the agent gateway)
+	// can add theirs; by default the server has a registry of its own.
+	Metrics *prometheus.Registry
+}
+
+// RouteMounter puts routes on the API's router.
+type RouteMounter interface {
+	Mount(r gin.IRoutes)
 }
 
 // ProjectionStatus is what system.selfCheck reads of the projection.
@@ -86,12 +80,10 @@ type Server struct {
 	handlers   map[string]*rpc.Handler
 	engine     *gin.Engine
 	metrics    *metrics
-	// agents are the live node sessions of this process (agentsession.go).
-	agents agentHub
 }
 
 // maxBody bounds a call's JSON input.
-const maxBody = 1 << 20
+const maxBody = httpx.MaxBody
 
 // New builds the API server. It fails with INVALID_CONFIG when the method
 // registry disagrees with the catalog.
@@ -114,7 +106,7 @@ func New(deps Deps) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{
 		deps: deps, store: deps.Store, iam: deps.IAM, catalog: deps.Catalog,
-		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(),
+		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(deps.Metrics),
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger}
@@ -138,7 +130,6 @@ func New(deps Deps) (*Server, error) {
 	if _, err := core.CheckRegistry(deps.Catalog, s.registry); err != nil {
 		return nil, err
 	}
-	s.registerSessionGauge()
 	e := s.engine
 	e.ContextWithFallback = true
 	e.HandleMethodNotAllowed = true
@@ -149,10 +140,9 @@ func New(deps Deps) (*Server, error) {
 	})
 	e.POST("/api/compute/:group/:method", s.handleCall)
 	e.GET("/healthz", s.handleHealth)
-	e.POST(protocol.JoinPath, s.handleAgentJoin)
-	e.POST(protocol.JoinStatusPath, s.handleAgentJoinStatus)
-	e.POST(protocol.SiteRegisterPath, agentJSON(s.SiteRegister))
-	e.POST(protocol.SiteRenewPath, agentJSON(s.SiteRenew))
+	if deps.Routes != nil {
+		deps.Routes.Mount(e)
+	}
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if deps.IAMAdmin != nil {
 		e.Any("/api/iam/*method", gin.WrapH(deps.IAMAdmin))
@@ -198,17 +188,7 @@ func (s *Server) handleCall(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
-func readBody(c *gin.Context) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return nil, core.Errorf(core.CodeInvalidInput, "request body is larger than %d bytes", maxBody)
-	case err != nil:
-		return nil, core.Errorf(core.CodeInvalidInput, "could not read the request body")
-	}
-	return body, nil
-}
+func readBody(c *gin.Context) ([]byte, error) { return httpx.ReadBody(c) }
 
 // remoteIP is the socket peer: never a client-sent forwarding header.
 func remoteIP(r *http.Request) string {

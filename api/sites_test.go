@@ -7,15 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sites"
+	sitedomain "github.com/better-compute/better-compute/store/sites"
+
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
 
 // site makes a site in tenant as token.
-func (e *env) site(token, tenant, name, kind string) api.Site {
+func (e *env) site(token, tenant, name, kind string) sites.Site {
 	e.t.Helper()
-	s, err := e.client(token).SitesCreate(context.Background(), api.SitesCreateInput{
+	s, err := sites.Create.Call(context.Background(), e.client(token), sites.CreateInput{
 		TenantID: tenant, Name: name, Region: "eu-central", IAMRegion: "eu-central-1", Kind: kind})
 	if err != nil {
 		e.t.Fatalf("sites.create %s/%s: %v", tenant, name, err)
@@ -49,46 +52,46 @@ func TestSitesLifecycle(t *testing.T) {
 		row.Attributes["iamRegion"] != "eu-central-1" || row.Attributes["kind"] != "custom" {
 		t.Fatalf("authz row = %+v, %v", row, err)
 	}
-	if _, err := c.SitesCreate(ctx, api.SitesCreateInput{TenantID: "acme", Name: "fra-1", Region: "x", IAMRegion: "eu-x", Kind: "custom"}); codeOf(err) != core.CodeConflict {
+	if _, err := sites.Create.Call(ctx, c, sites.CreateInput{TenantID: "acme", Name: "fra-1", Region: "x", IAMRegion: "eu-x", Kind: "custom"}); codeOf(err) != core.CodeConflict {
 		t.Fatalf("duplicate name = %v, want CONFLICT", err)
 	}
-	if got, err := c.SitesGet(ctx, "acme", s.ID); err != nil || got != s {
+	if got, err := sites.Get.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); err != nil || got != s {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
-	if _, err := c.SitesGet(ctx, "acme", core.NewID("site")); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.Get.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: core.NewID("site")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("get of a missing site = %v, want NOT_FOUND", err)
 	}
-	if list, err := c.SitesList(ctx, "acme"); err != nil || len(list.Items) != 1 || list.Items[0].ID != s.ID {
+	if list, err := sites.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 || list.Items[0].ID != s.ID {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
 	name, region := "fra-2", "eu-west"
-	up, err := c.SitesUpdate(ctx, api.SitesUpdateInput{TenantID: "acme", SiteID: s.ID, Name: &name, Region: &region})
+	up, err := sites.Update.Call(ctx, c, sites.UpdateInput{TenantID: "acme", SiteID: s.ID, Name: &name, Region: &region})
 	if err != nil || up.Name != "fra-2" || up.Region != "eu-west" || up.IAMRegion != "eu-central-1" || up.Kind != "custom" {
 		t.Fatalf("update = %+v, %v", up, err)
 	}
 	if row, _ := store.GetAuthzResource(ctx, e.store.Pool, "compute-site", s.ID); row.Attributes["region"] != "eu-west" {
 		t.Fatalf("authz row after update = %+v", row)
 	}
-	if _, err := c.SitesUpdate(ctx, api.SitesUpdateInput{TenantID: "acme", SiteID: core.NewID("site"), Name: &name}); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.Update.Call(ctx, c, sites.UpdateInput{TenantID: "acme", SiteID: core.NewID("site"), Name: &name}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("update of a missing site = %v, want NOT_FOUND", err)
 	}
-	del, err := c.SitesDelete(ctx, "acme", s.ID)
+	del, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID})
 	if err != nil || del.DeletedAt == nil {
 		t.Fatalf("delete = %+v, %v", del, err)
 	}
-	if _, err := c.SitesDelete(ctx, "acme", s.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("second delete = %v, want INVALID_STATE", err)
 	}
-	if _, err := c.SitesDelete(ctx, "acme", core.NewID("site")); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: core.NewID("site")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("delete of a missing site = %v, want NOT_FOUND", err)
 	}
-	if _, err := c.SitesUpdate(ctx, api.SitesUpdateInput{TenantID: "acme", SiteID: s.ID, Name: &name}); codeOf(err) != core.CodeInvalidState {
+	if _, err := sites.Update.Call(ctx, c, sites.UpdateInput{TenantID: "acme", SiteID: s.ID, Name: &name}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("update of a deleted site = %v, want INVALID_STATE", err)
 	}
-	if got, err := c.SitesGet(ctx, "acme", s.ID); err != nil || got.DeletedAt == nil {
+	if got, err := sites.Get.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); err != nil || got.DeletedAt == nil {
 		t.Fatalf("get of a deleted site = %+v, %v", got, err)
 	}
-	if list, err := c.SitesList(ctx, "acme"); err != nil || len(list.Items) != 0 {
+	if list, err := sites.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("list after delete = %+v, %v", list, err)
 	}
 	// The name is free again.
@@ -137,7 +140,7 @@ func TestSitesCreateSharedNeedsTheFleet(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	for _, kind := range []string{"shared", "dedicated"} {
-		_, err := e.client(e.boot.UserToken).SitesCreate(ctx, api.SitesCreateInput{TenantID: "acme", Name: "s-" + kind, Region: "eu", IAMRegion: "eu-west", Kind: kind})
+		_, err := sites.Create.Call(ctx, e.client(e.boot.UserToken), sites.CreateInput{TenantID: "acme", Name: "s-" + kind, Region: "eu", IAMRegion: "eu-west", Kind: kind})
 		if codeOf(err) != core.CodeAccessDenied {
 			t.Fatalf("acme user creating a %s site = %v, want ACCESS_DENIED", kind, err)
 		}
@@ -146,12 +149,12 @@ func TestSitesCreateSharedNeedsTheFleet(t *testing.T) {
 			t.Fatalf("root created %+v", s)
 		}
 	}
-	_, err := e.client(e.boot.AdminToken).SitesCreate(ctx, api.SitesCreateInput{TenantID: "acme", Name: "plat", Region: "eu", IAMRegion: "eu-west", Kind: "shared"})
+	_, err := sites.Create.Call(ctx, e.client(e.boot.AdminToken), sites.CreateInput{TenantID: "acme", Name: "plat", Region: "eu", IAMRegion: "eu-west", Kind: "shared"})
 	if codeOf(err) != core.CodeInvalidInput {
 		t.Fatalf("a shared site in acme = %v, want INVALID_INPUT", err)
 	}
 	// The platform's sites are not in a tenant's view.
-	if list, err := e.client(e.boot.UserToken).SitesList(ctx, "acme"); err != nil || len(list.Items) != 0 {
+	if list, err := sites.List.Call(ctx, e.client(e.boot.UserToken), rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("acme's list = %+v, %v", list, err)
 	}
 }
@@ -163,20 +166,20 @@ func TestSitesAcrossTenants(t *testing.T) {
 	ctx := context.Background()
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	g := e.client(e.globex)
-	if _, err := g.SitesGet(ctx, "globex", s.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.Get.Call(ctx, g, sites.SiteInput{TenantID: "globex", SiteID: s.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex get of acme's site = %v, want NOT_FOUND", err)
 	}
 	name := "mine"
-	if _, err := g.SitesUpdate(ctx, api.SitesUpdateInput{TenantID: "globex", SiteID: s.ID, Name: &name}); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.Update.Call(ctx, g, sites.UpdateInput{TenantID: "globex", SiteID: s.ID, Name: &name}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex update = %v, want NOT_FOUND", err)
 	}
-	if _, err := g.SitesDelete(ctx, "globex", s.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.Delete.Call(ctx, g, sites.SiteInput{TenantID: "globex", SiteID: s.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex delete = %v, want NOT_FOUND", err)
 	}
-	if _, err := g.SiteTokensCreate(ctx, "globex", s.ID, ""); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.CreateToken.Call(ctx, g, sites.CreateTokenInput{TenantID: "globex", SiteID: s.ID, Name: ""}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex token = %v, want NOT_FOUND", err)
 	}
-	if list, err := g.SitesList(ctx, "globex"); err != nil || len(list.Items) != 0 {
+	if list, err := sites.List.Call(ctx, g, rpc.TenantInput{TenantID: "globex"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("globex list = %+v, %v", list, err)
 	}
 	if _, err := g.SystemWhoami(ctx); err != nil { // warm the authentication cache
@@ -211,12 +214,12 @@ func TestSiteTokens(t *testing.T) {
 	ctx := context.Background()
 	c := e.client(e.boot.UserToken)
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
-	tok, err := c.SiteTokensCreate(ctx, "acme", s.ID, "agent-1")
+	tok, err := sites.CreateToken.Call(ctx, c, sites.CreateTokenInput{TenantID: "acme", SiteID: s.ID, Name: "agent-1"})
 	if err != nil || !core.ValidID("stok", tok.ID) || tok.SiteID != s.ID || tok.Name != "agent-1" || tok.RevokedAt != nil ||
 		!siteTokenPattern.MatchString(tok.Token) {
 		t.Fatalf("create = %+v, %v", tok, err)
 	}
-	other, err := c.SiteTokensCreate(ctx, "acme", s.ID, "")
+	other, err := sites.CreateToken.Call(ctx, c, sites.CreateTokenInput{TenantID: "acme", SiteID: s.ID, Name: ""})
 	if err != nil || other.Token == tok.Token {
 		t.Fatalf("second token = %+v, %v", other, err)
 	}
@@ -234,37 +237,37 @@ func TestSiteTokens(t *testing.T) {
 	if err := e.store.Pool.QueryRow(ctx, `SELECT token_hash FROM site_tokens WHERE id = $1`, tok.ID).Scan(&hash); err != nil {
 		t.Fatal(err)
 	}
-	if sum := sha256.Sum256([]byte(tok.Token)); string(hash) != string(sum[:]) || string(api.HashSiteToken(tok.Token)) != string(hash) {
+	if sum := sha256.Sum256([]byte(tok.Token)); string(hash) != string(sum[:]) || string(sitedomain.HashToken(tok.Token)) != string(hash) {
 		t.Fatalf("stored hash %x is not SHA-256 of the token", hash)
 	}
 	// Revoke; a revoked token stays revoked, with its first revokedAt.
-	rev, err := c.SiteTokensRevoke(ctx, "acme", s.ID, tok.ID)
+	rev, err := sites.RevokeToken.Call(ctx, c, sites.RevokeTokenInput{TenantID: "acme", SiteID: s.ID, TokenID: tok.ID})
 	if err != nil || rev.RevokedAt == nil || rev.Token != "" {
 		t.Fatalf("revoke = %+v, %v", rev, err)
 	}
-	again, err := c.SiteTokensRevoke(ctx, "acme", s.ID, tok.ID)
+	again, err := sites.RevokeToken.Call(ctx, c, sites.RevokeTokenInput{TenantID: "acme", SiteID: s.ID, TokenID: tok.ID})
 	if err != nil || again.RevokedAt == nil || *again.RevokedAt != *rev.RevokedAt {
 		t.Fatalf("second revoke = %+v, %v", again, err)
 	}
-	if _, err := c.SiteTokensRevoke(ctx, "acme", s.ID, core.NewID("stok")); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.RevokeToken.Call(ctx, c, sites.RevokeTokenInput{TenantID: "acme", SiteID: s.ID, TokenID: core.NewID("stok")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke of a missing token = %v, want NOT_FOUND", err)
 	}
 	s2 := e.site(e.boot.UserToken, "acme", "fra-2", "custom")
-	if _, err := c.SiteTokensRevoke(ctx, "acme", s2.ID, other.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.RevokeToken.Call(ctx, c, sites.RevokeTokenInput{TenantID: "acme", SiteID: s2.ID, TokenID: other.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke through another site = %v, want NOT_FOUND", err)
 	}
-	if _, err := c.SiteTokensCreate(ctx, "acme", core.NewID("site"), ""); codeOf(err) != core.CodeNotFound {
+	if _, err := sites.CreateToken.Call(ctx, c, sites.CreateTokenInput{TenantID: "acme", SiteID: core.NewID("site"), Name: ""}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("token for a missing site = %v, want NOT_FOUND", err)
 	}
 	// Deleting the site revokes its tokens; a deleted site takes no more.
-	if _, err := c.SitesDelete(ctx, "acme", s.ID); err != nil {
+	if _, err := sites.Delete.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); err != nil {
 		t.Fatal(err)
 	}
 	var live int
 	if err := e.store.Pool.QueryRow(ctx, `SELECT count(*) FROM site_tokens WHERE site_id = $1 AND revoked_at IS NULL`, s.ID).Scan(&live); err != nil || live != 0 {
 		t.Fatalf("%d live tokens on a deleted site, %v", live, err)
 	}
-	if _, err := c.SiteTokensCreate(ctx, "acme", s.ID, ""); codeOf(err) != core.CodeInvalidState {
+	if _, err := sites.CreateToken.Call(ctx, c, sites.CreateTokenInput{TenantID: "acme", SiteID: s.ID, Name: ""}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("token for a deleted site = %v, want INVALID_STATE", err)
 	}
 }

@@ -28,23 +28,6 @@ func (s *Server) systemMethods() []rpc.Descriptor {
 // legacyHandlers are the methods not yet described by a domain's descriptors.
 func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 	return map[string]*rpc.Handler{
-
-		"sites.create":      {Run: s.sitesCreate},
-		"sites.get":         {Run: s.sitesGet},
-		"sites.list":        {List: s.sitesList},
-		"sites.update":      {Run: s.sitesUpdate, Refresh: true},
-		"sites.delete":      {Run: s.sitesDelete},
-		"siteTokens.create": {Run: s.siteTokensCreate},
-		"siteTokens.revoke": {Run: s.siteTokensRevoke},
-
-		"pools.create":  {Run: s.poolsCreate},
-		"pools.get":     {Run: s.poolsGet},
-		"pools.list":    {List: s.poolsList},
-		"pools.update":  {Run: s.poolsUpdate, Refresh: true},
-		"pools.archive": {Run: s.poolsArchive},
-		"pools.offer":   {Run: s.poolsOffer, Refresh: true},
-		"pools.unoffer": {Run: s.poolsUnoffer, Refresh: true},
-
 		// The nodes' SSH certificates stay planned.
 		"nodes.list":        {List: s.nodesList},
 		"nodes.get":         {Run: s.nodesGet},
@@ -72,8 +55,6 @@ func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 		"commands.get":      {Run: s.commandsGet},
 		"commands.list":     {Run: s.commandsList},
 		"commands.cancel":   {Run: s.commandsCancel},
-		"quotas.get":        {Run: s.quotasGet},
-		"quotas.set":        {Run: s.quotasSet},
 
 		"pools.capacity":    {Run: s.poolsCapacity},
 		"capacity.summary":  {Run: s.capacitySummary},

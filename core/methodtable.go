@@ -563,26 +563,6 @@ var (
 	crsFamily      = Field{Name: "family", Type: FieldString, Enum: []string{"storage", "network", "edge", "data", "platform", "ai", "observability"}}
 )
 
-// The fleet's fields. Names are DNS labels (they name agents' task queues
-// and CLI arguments). iamRegion follows Better IAM's region-name grammar;
-// the spec does not write the grammar down, so this is a conservative one
-// (a 2-4 letter area and one to three lower-case parts: eu-central-1).
-// gpuModel is one model family (H100, L40S, MI300X); core/gpu will own the
-// canonical list, a pattern stands in until then.
-var (
-	fleetName     = Field{Name: "name", Type: FieldString, Required: true, MaxLength: 63, Pattern: `^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`}
-	siteRegion    = Field{Name: "region", Type: FieldString, Required: true, MaxLength: 64, Pattern: `^[a-z0-9]+(-[a-z0-9]+)*$`}
-	siteIAMRegion = Field{Name: "iamRegion", Type: FieldString, Required: true, MaxLength: 64, Pattern: `^[a-z]{2,4}(-[a-z0-9]+){1,3}$`}
-	poolClass     = Field{Name: "class", Type: FieldString, Required: true, Enum: []string{"metal-host", "metal-dedicated", "vps-host", "provider"}}
-	poolGPUModel  = Field{Name: "gpuModel", Type: FieldString, Required: true, MaxLength: 16, Pattern: `^[A-Z][A-Z0-9]{1,15}$`}
-	poolGPUMemory = Field{Name: "gpuMemoryGb", Type: FieldInteger, Required: true}
-	poolSharing   = Field{Name: "sharing", Type: FieldString, Required: true, Enum: []string{"exclusive", "mig", "timeslice", "mps"}}
-	poolAgent     = Field{Name: "agent", Type: FieldString, Required: true, Enum: []string{"bcd", "none"}}
-	poolPolicy    = Field{Name: "policy", Type: FieldObject, MaxBytes: 16 << 10}
-	offerTenant   = Field{Name: "toTenantId", Type: FieldString, Required: true, MaxLength: 128, Pattern: tenantIDPattern}
-	offerQuota    = Field{Name: "quota", Type: FieldObject, MaxBytes: 4 << 10}
-)
-
 // The nodes' fields; the provision states are core/nodes.ProvisionStates.
 var (
 	nodeID              = IDField("nodeId", "node", true)
@@ -604,35 +584,6 @@ func nullable(f Field) Field { f.Nullable = true; return f }
 // completes it. Projects' fields are not in the spec: name and description
 // are this issue's choice.
 var explicitSchemas = map[string][]Field{
-
-	// Sites, site tokens, pools, offers and quotas ("The fleet"). The spec
-	// gives no input tables for them: names, lengths and patterns are this
-	// issue's choice (see the var block below).
-	"sites.create": {TenantIDField(),
-		{Name: "kind", Type: FieldString, Required: true, Enum: []string{"shared", "dedicated", "custom"}},
-		fleetName, siteRegion, siteIAMRegion},
-	"sites.get":  {TenantIDField(), IDField("siteId", "site", true)},
-	"sites.list": {TenantIDField()},
-	"sites.update": {TenantIDField(), IDField("siteId", "site", true),
-		optional(fleetName), optional(siteRegion), optional(siteIAMRegion)},
-	"sites.delete": {TenantIDField(), IDField("siteId", "site", true)},
-	"siteTokens.create": {TenantIDField(), IDField("siteId", "site", true),
-		{Name: "name", Type: FieldString, MaxLength: 128}},
-	"siteTokens.revoke": {TenantIDField(), IDField("siteId", "site", true), IDField("tokenId", "stok", true)},
-	"pools.create": {TenantIDField(), IDField("siteId", "site", true), fleetName, poolClass, poolGPUModel,
-		poolGPUMemory, optional(poolSharing), optional(poolAgent), poolPolicy, IDField("providerAccountId", "pacct", false)},
-	"pools.get": {TenantIDField(), IDField("poolId", "pool", true)},
-	"pools.list": {TenantIDField(), IDField("siteId", "site", false),
-		{Name: "class", Type: FieldString, Enum: poolClass.Enum}},
-	"pools.update": {TenantIDField(), IDField("poolId", "pool", true), optional(fleetName), optional(poolGPUMemory),
-		optional(poolSharing), optional(poolAgent), poolPolicy, IDField("providerAccountId", "pacct", false)},
-	"pools.archive": {TenantIDField(), IDField("poolId", "pool", true)},
-	"pools.offer": {TenantIDField(), IDField("poolId", "pool", true), offerTenant, offerQuota,
-		{Name: "priority", Type: FieldInteger, Nullable: true}, {Name: "includeDescendants", Type: FieldBoolean}},
-	"pools.unoffer": {TenantIDField(), IDField("poolId", "pool", true), offerTenant},
-	"quotas.get":    {TenantIDField(), IDField("poolId", "pool", false)},
-	"quotas.set":    {TenantIDField(), IDField("poolId", "pool", true), func() Field { f := offerQuota; f.Required = true; return f }()},
-
 	// Nodes and inventory ("The fleet", items 4-6). nodeId is the decided-on
 	// node; limits and sequence numbers are checked by the handlers
 	// (limit in [1, 500], seq at least 1).

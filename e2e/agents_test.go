@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
@@ -108,8 +110,8 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	const root = "root"
 
 	// A pool whose joins need approval, and lose nodes 2 s after their lease.
-	pool, err := admin.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: root, SiteID: s.Demo().SiteID, Name: "approved",
-		Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80, Policy: json.RawMessage(`{"acceptance":["approval"],"lostAfter":"2s"}`)})
+	pool, err := pools.Create.Call(ctx, admin, pools.CreateInput{TenantID: root, SiteID: s.Demo().SiteID, Name: "approved",
+		Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80, Policy: &pools.Policy{Acceptance: []string{"approval"}, LostAfter: "2s"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api"
@@ -215,11 +217,11 @@ func TestDevStackOverHTTP(t *testing.T) {
 		}
 		ctx := context.Background()
 		acme := api.NewClient(base, token)
-		pools, err := acme.PoolsList(ctx, api.PoolsListInput{TenantID: "acme"})
-		if err != nil || len(pools.Items) != 1 || pools.Items[0].ID != s.Demo().PoolID || pools.Items[0].GPUModel != "H100" {
-			t.Fatalf("acme's pools = %+v, %v; want the demo pool %s", pools.Items, err, s.Demo().PoolID)
+		list, err := pools.List.Call(ctx, acme, pools.ListInput{TenantID: "acme"})
+		if err != nil || len(list.Items) != 1 || list.Items[0].ID != s.Demo().PoolID || list.Items[0].GPUModel != "H100" {
+
 		}
-		quotas, err := acme.QuotasGet(ctx, "acme", s.Demo().PoolID)
+		quotas, err := pools.QuotasGet.Call(ctx, acme, pools.QuotasGetInput{TenantID: "acme", PoolID: s.Demo().PoolID})
 		if err != nil || len(quotas.Items) != 1 || quotas.Items[0].Quota["gpu"] != 16 {
 			t.Fatalf("acme's quota on the demo pool = %+v, %v", quotas.Items, err)
 		}

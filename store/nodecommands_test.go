@@ -14,12 +14,28 @@ import (
 	"github.com/better-compute/better-compute/store"
 )
 
+// commandPool inserts a site and a bcd pool of tenant and returns the pool's id.
+func commandPool(t *testing.T, s *store.Store, tenant string) string {
+	t.Helper()
+	ctx := context.Background()
+	site, pool := core.NewID("site"), core.NewID("pool")
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO sites (id, tenant_id, name, region, iam_region, kind, created_by)
+		VALUES ($1, $2, $1, 'eu', 'eu-west', 'custom', 'idn_x')`, site, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO pools (id, tenant_id, site_id, name, class, gpu_model, gpu_memory_gb, agent, created_by)
+		VALUES ($1, $2, $3, $1, 'metal-host', 'H100', 80, 'bcd', 'idn_x')`, pool, tenant, site); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 // commandNode inserts a live node of tenant in a new bcd pool.
 func commandNode(t *testing.T, s *store.Store, tenant string) string {
 	t.Helper()
 	id := core.NewID("node")
 	if _, err := s.Pool.Exec(context.Background(), `INSERT INTO nodes (id, tenant_id, pool_id, name) VALUES ($1, $2, $3, $1)`,
-		id, tenant, joinPool(t, s, tenant)); err != nil {
+		id, tenant, commandPool(t, s, tenant)); err != nil {
 		t.Fatal(err)
 	}
 	return id

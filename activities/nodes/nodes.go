@@ -15,6 +15,7 @@ import (
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // Nodes is the activity side of the node drain workflow.
@@ -65,14 +66,9 @@ func (n *Nodes) DrainStep(ctx context.Context, p NodeDrainParams) (int, error) {
 // draining meanwhile.
 func (n *Nodes) MarkDrained(ctx context.Context, p NodeDrainParams) (bool, error) {
 	var marked bool
-	err := n.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE nodes SET drain_state = 'drained', updated_at = now()
-			WHERE id = $1 AND tenant_id = $2 AND drain_state = 'draining'`, p.NodeID, p.TenantID)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		marked = true
-		return store.AddNodeEvent(ctx, tx, p.NodeID, "Drained", "drained: no reservation holds its atoms", nil)
+	err := n.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		marked, err = domain.MarkDrained(ctx, tx, p.TenantID, p.NodeID)
+		return err
 	})
 	return marked, err
 }
@@ -81,12 +77,8 @@ func (n *Nodes) drainState(ctx context.Context, p NodeDrainParams) (bool, []live
 	var draining bool
 	var live []liveReservation
 	err := n.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT drain_state = 'draining' FROM nodes WHERE id = $1 AND tenant_id = $2`,
-			p.NodeID, p.TenantID).Scan(&draining)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil || !draining {
+		var err error
+		if draining, err = domain.IsDraining(ctx, tx, p.TenantID, p.NodeID); err != nil || !draining {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT DISTINCT r.tenant_id, r.id, r.state FROM reservations r

@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	sitedomain "github.com/better-compute/better-compute/store/sites"
+
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/agent/site"
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/core"
 	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testenv"
@@ -39,13 +42,13 @@ func newSite(t *testing.T, st *store.Store) (siteID, tokenID, token string) {
 	t.Helper()
 	ctx := context.Background()
 	siteID, tokenID = core.NewID("site"), core.NewID("stok")
-	token = api.SiteTokenPrefix + "test" + core.NewID("t")
+	token = sitedomain.TokenPrefix + "test" + core.NewID("t")
 	if _, err := st.Pool.Exec(ctx, `INSERT INTO sites (id, tenant_id, name, region, iam_region, kind, created_by)
 		VALUES ($1, 'acme', $1, 'eu', 'eu-west', 'custom', 'idn_x')`, siteID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Pool.Exec(ctx, `INSERT INTO site_tokens (id, site_id, tenant_id, name, token_hash, created_by)
-		VALUES ($1, $2, 'acme', 'agent', $3, 'idn_x')`, tokenID, siteID, api.HashSiteToken(token)); err != nil {
+		VALUES ($1, $2, 'acme', 'agent', $3, 'idn_x')`, tokenID, siteID, sitedomain.HashToken(token)); err != nil {
 		t.Fatal(err)
 	}
 	return siteID, tokenID, token
@@ -142,8 +145,12 @@ func TestTwoAgentsOneSite(t *testing.T) {
 	}
 	defer cp.Stop()
 
-	srv, err := api.New(api.Deps{Store: st, Logger: quiet(), TemporalAddress: cfg.Address, TemporalNamespace: namespace,
-		SiteLease: 3 * time.Second})
+	gw, err := agentgateway.New(agentgateway.Deps{Store: st, Logger: quiet(), TemporalAddress: cfg.Address,
+		TemporalNamespace: namespace, SiteLease: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Deps{Store: st, Logger: quiet(), Routes: gw})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +245,7 @@ func TestTwoAgentsOneSite(t *testing.T) {
 	}
 
 	// A revoked token and an unknown one never start.
-	for _, tok := range []string{token, api.SiteTokenPrefix + "nope"} {
+	for _, tok := range []string{token, sitedomain.TokenPrefix + "nope"} {
 		err := site.Run(ctx, site.Options{APIURL: hs.URL, Token: tok, Holder: "agent-c", Logger: quiet()})
 		if e := (*core.Error)(nil); !errors.As(err, &e) || e.Code != core.CodeUnauthn {
 			t.Fatalf("Run with a refused token = %v, want UNAUTHENTICATED", err)

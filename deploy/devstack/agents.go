@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/better-compute/better-compute/api/sites"
+
 	"github.com/better-compute/better-compute/api"
 )
 
@@ -109,7 +111,7 @@ func (s *Stack) startSiteAgent(ctx context.Context, bcd string) error {
 		if err != nil {
 			return err
 		}
-		t, err := api.NewClient(s.apiURL, admin).SiteTokensCreate(ctx, s.tokens.RootTenantID, s.demo.SiteID, "dev site agent")
+		t, err := sites.CreateToken.Call(ctx, api.NewClient(s.apiURL, admin), sites.CreateTokenInput{TenantID: s.tokens.RootTenantID, SiteID: s.demo.SiteID, Name: "dev site agent"})
 		if err != nil {
 			return fmt.Errorf("site token for the dev site agent: %w", err)
 		}

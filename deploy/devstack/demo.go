@@ -5,6 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sites"
+
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
@@ -38,40 +43,40 @@ func (s *Stack) seedDemoFleet(ctx context.Context) error {
 		}
 	}
 	root := s.tokens.RootTenantID
-	sites, err := admin.SitesList(ctx, root)
+	siteList, err := sites.List.Call(ctx, admin, rpc.TenantInput{TenantID: root})
 	if err != nil {
 		return fmt.Errorf("demo fleet: %w", err)
 	}
-	for _, st := range sites.Items {
+	for _, st := range siteList.Items {
 		if st.Name == demoSite {
 			s.demo.SiteID = st.ID
 		}
 	}
 	if s.demo.SiteID == "" {
-		st, err := admin.SitesCreate(ctx, api.SitesCreateInput{TenantID: root, Name: demoSite, Region: "local", IAMRegion: "dev-local-1", Kind: "shared"})
+		st, err := sites.Create.Call(ctx, admin, sites.CreateInput{TenantID: root, Name: demoSite, Region: "local", IAMRegion: "dev-local-1", Kind: "shared"})
 		if err != nil {
 			return fmt.Errorf("demo fleet: site: %w", err)
 		}
 		s.demo.SiteID = st.ID
 	}
-	pools, err := admin.PoolsList(ctx, api.PoolsListInput{TenantID: root, SiteID: s.demo.SiteID})
+	list, err := pools.List.Call(ctx, admin, pools.ListInput{TenantID: root, SiteID: s.demo.SiteID})
 	if err != nil {
 		return fmt.Errorf("demo fleet: %w", err)
 	}
-	for _, p := range pools.Items {
+	for _, p := range list.Items {
 		if p.Name == demoPool && p.TenantID == root {
 			s.demo.PoolID = p.ID
 		}
 	}
 	if s.demo.PoolID == "" {
-		p, err := admin.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: root, SiteID: s.demo.SiteID, Name: demoPool,
+		p, err := pools.Create.Call(ctx, admin, pools.CreateInput{TenantID: root, SiteID: s.demo.SiteID, Name: demoPool,
 			Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80})
 		if err != nil {
 			return fmt.Errorf("demo fleet: pool: %w", err)
 		}
 		s.demo.PoolID = p.ID
 	}
-	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: s.demo.PoolID,
+	if _, err := pools.Offer.Call(ctx, admin, pools.OfferInput{TenantID: root, PoolID: s.demo.PoolID,
 		ToTenantID: s.tokens.TenantID, Quota: map[string]int64{"gpu": demoGPUQuota}}); err != nil {
 		return fmt.Errorf("demo fleet: offer: %w", err)
 	}

@@ -1,6 +1,6 @@
 // Package controlplane wires one API process: the authorization projection
 // and its resolver, the embedded IAM behind its caches, the IAM admin
-// surface and the API server. `serve` and the dev stack both build theirs
+// surface, the agent gateway and the API server. `serve` and the dev stack both build theirs
 // here, so the two cannot drift apart.
 package controlplane
 
@@ -14,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
@@ -63,7 +65,10 @@ type RemoteIAM struct {
 // ControlPlane is a wired API process.
 type ControlPlane struct {
 	API *api.Server
-	IAM *iam.CachingPort
+	// Gateway serves the agent protocol: its join and site routes are
+	// mounted on the API's, its sessions on the agent listener.
+	Gateway *agentgateway.Gateway
+	IAM     *iam.CachingPort
 	// Admin is the embedded IAM's admin service; nil with a remote IAM.
 	Admin      *iam.Admin
 	Projection *iam.Projection
@@ -133,27 +138,36 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if admin != nil {
 		adminHandler = iam.AdminHandler(admin, caching.Port())
 	}
+	metrics := prometheus.NewRegistry()
+	gateway, err := agentgateway.New(agentgateway.Deps{
+		Store: cfg.Store, Catalog: catalog, RootTenant: cfg.RootTenant,
+		NodeCA: cfg.NodeCA, AgentEndpoint: cfg.AgentEndpoint,
+		AgentLease: cfg.AgentLease, AgentHeartbeat: cfg.AgentHeartbeat,
+		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace,
+		Logger: cfg.Logger.With("component", "agent-gateway"), Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
 	srv, err := api.New(api.Deps{
 		Store: cfg.Store, Temporal: cfg.Temporal, TaskQueue: cfg.TaskQueue,
 		IAM: caching.Port(), Catalog: catalog, RootTenant: cfg.RootTenant,
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
-		NodeCA: cfg.NodeCA, AgentEndpoint: cfg.AgentEndpoint,
-		AgentLease: cfg.AgentLease, AgentHeartbeat: cfg.AgentHeartbeat,
-		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace,
+		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics,
 	})
 	if err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	cp := &ControlPlane{API: srv, IAM: caching, Admin: admin, Projection: projection, Catalog: catalog, Warnings: warnings, stop: stop}
+	cp := &ControlPlane{API: srv, Gateway: gateway, IAM: caching, Admin: admin, Projection: projection, Catalog: catalog, Warnings: warnings, stop: stop}
 	cp.wg.Go(func() { _ = projection.Run(runCtx) })
 	cp.wg.Go(func() { caching.FollowEvents(runCtx, cfg.Store, cfg.Logger.With("component", "iam-events"), nil) })
 	sweep := cfg.LivenessSweep
 	if sweep <= 0 {
 		sweep = 5 * time.Second
 	}
-	cp.wg.Go(func() { srv.RunLivenessSweeper(runCtx, sweep) })
+	cp.wg.Go(func() { gateway.RunLivenessSweeper(runCtx, sweep) })
 	cp.nodeCA = cfg.NodeCA
 	return cp, nil
 }
@@ -165,11 +179,11 @@ func (cp *ControlPlane) ServeAgents(ctx context.Context, ln net.Listener, hosts 
 	if cp.nodeCA == nil {
 		return errors.New("agent listener: no node CA configured")
 	}
-	tlsConfig, err := api.AgentTLSConfig(cp.nodeCA, hosts)
+	tlsConfig, err := agentgateway.TLSConfig(cp.nodeCA, hosts)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: cp.API.AgentHandler(), TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: cp.Gateway.SessionHandler(), TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {
@@ -179,7 +193,7 @@ func (cp *ControlPlane) ServeAgents(ctx context.Context, ln net.Listener, hosts 
 		// Sessions are long-lived streams: end them (each marks its node
 		// disconnected), wait a moment for their handlers, then close what
 		// is left. Agents reconnect to another replica.
-		cp.API.CloseAgentSessions()
+		cp.Gateway.CloseSessions()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(shutdownCtx); err != nil {

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/better-compute/better-compute/agent/join"
-	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/deploy/postgres"
@@ -32,6 +31,7 @@ import (
 	"github.com/better-compute/better-compute/internal/freeport"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // temporalNamespace is serve's default --temporal-namespace.
@@ -152,15 +152,16 @@ func (s *stack) writeFleet(ctx context.Context, n int, logger *slog.Logger) erro
 		return err
 	}
 	s.poolID = poolID
-	srv, err := api.New(api.Deps{Store: s.st, Logger: logger})
+	catalog, err := core.DefaultCatalog()
 	if err != nil {
 		return err
 	}
+	types := nodesdomain.TypesOf(catalog)
 	const batch = 100
 	for first := 0; first < n; first += batch {
 		err := s.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 			for i := first; i < min(first+batch, n); i++ {
-				node, err := srv.CreateNode(ctx, tx, api.NewNode{PoolID: poolID, Name: fmt.Sprintf("load-%05d", i),
+				node, err := nodesdomain.Create(ctx, tx, types, nodesdomain.NewNode{PoolID: poolID, Name: fmt.Sprintf("load-%05d", i),
 					ProvisionState: nodes.Deployed, Role: nodes.RoleHost, Trust: nodes.TrustPlatform, Power: nodes.PowerOn})
 				if err != nil {
 					return err
@@ -169,7 +170,7 @@ func (s *stack) writeFleet(ctx context.Context, n int, logger *slog.Logger) erro
 				if err != nil {
 					return err
 				}
-				if _, err := store.RecordNodeIdentity(ctx, tx, rec); err != nil {
+				if _, err := nodesdomain.RecordNodeIdentity(ctx, tx, rec); err != nil {
 					return err
 				}
 				s.nodes = append(s.nodes, id)
@@ -185,24 +186,24 @@ func (s *stack) writeFleet(ctx context.Context, n int, logger *slog.Logger) erro
 
 // identity makes a key and has the CA sign a certificate for the node, as
 // a join does.
-func (s *stack) identity(nodeID string) (join.Identity, store.NodeIdentity, error) {
+func (s *stack) identity(nodeID string) (join.Identity, nodesdomain.NodeIdentity, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return join.Identity{}, store.NodeIdentity{}, err
+		return join.Identity{}, nodesdomain.NodeIdentity{}, err
 	}
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: nodeID}}, key)
 	if err != nil {
-		return join.Identity{}, store.NodeIdentity{}, err
+		return join.Identity{}, nodesdomain.NodeIdentity{}, err
 	}
 	const ttl = 30 * 24 * time.Hour
 	certPEM, serial, err := s.ca.SignNode(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}), nodeID, ttl)
 	if err != nil {
-		return join.Identity{}, store.NodeIdentity{}, err
+		return join.Identity{}, nodesdomain.NodeIdentity{}, err
 	}
 	b, _ := pem.Decode(certPEM)
 	id := join.Identity{NodeID: nodeID, CAPool: s.ca.Pool(),
 		Certificate: tls.Certificate{Certificate: [][]byte{b.Bytes}, PrivateKey: key}}
-	rec := store.NodeIdentity{NodeID: nodeID, Serial: serial, Certificate: string(certPEM), ExpiresAt: time.Now().Add(ttl)}
+	rec := nodesdomain.NodeIdentity{NodeID: nodeID, Serial: serial, Certificate: string(certPEM), ExpiresAt: time.Now().Add(ttl)}
 	return id, rec, nil
 }
 

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/better-compute/better-compute/api/pools"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
@@ -23,6 +25,7 @@ import (
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // target is what the scenarios call: a tenant user's client and the pool
@@ -171,19 +174,19 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	root, tenant := adminWho.Caller.TenantID, userWho.Caller.TenantID
 	demo := stack.Demo()
 
-	// Nodes have no API method yet: they are written as the dev stack's demo
-	// fleet writes them, through an API server of our own on the stack's
-	// database (CreateNode and IngestInventory need no IAM); the stack's
-	// authorization projection tails the rows they add.
+	// Nodes are made by the nodes domain itself (store/nodes), on the
+	// stack's database, as a join makes them; the stack's authorization
+	// projection tails the rows they add.
 	if st, err = store.Open(ctx, stack.DatabaseURL()); err != nil {
 		return fail(err)
 	}
-	srv, err := api.New(api.Deps{Store: st, Logger: logger})
+	catalog, err := core.DefaultCatalog()
 	if err != nil {
 		return fail(err)
 	}
+	types := nodesdomain.TypesOf(catalog)
 	progress("adding %d simulated 8×H100 nodes to the demo pool %s", cfg.nodes, demo.PoolID)
-	if err := addNodes(ctx, st, srv, demo.PoolID, "bench-h100", firstBenchNode, cfg.nodes); err != nil {
+	if err := addNodes(ctx, st, types, demo.PoolID, "bench-h100", firstBenchNode, cfg.nodes); err != nil {
 		return fail(fmt.Errorf("nodes: %w", err))
 	}
 	gpus, err := poolGPUs(ctx, admin, root, demo.PoolID)
@@ -192,7 +195,7 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	}
 	// The demo offer's quota (16 GPUs) would refuse the create scenario
 	// after two windows' worth; the offer is an upsert.
-	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: demo.PoolID, ToTenantID: tenant,
+	if _, err := pools.Offer.Call(ctx, admin, pools.OfferInput{TenantID: root, PoolID: demo.PoolID, ToTenantID: tenant,
 		Quota: map[string]int64{placement.ClassGPU: int64(gpus)}}); err != nil {
 		return fail(fmt.Errorf("raise the demo quota: %w", err))
 	}
@@ -201,14 +204,14 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	t := newTarget(user, tenant, demo.PoolID, stack.DatabaseURL(), gpus)
 	t.embedded = true
 	t.contention = func(ctx context.Context) (string, int64, error) {
-		return contentionPool(ctx, admin, user, st, srv, root, tenant, userWho.Caller.IdentityID, demo.SiteID, t.runID)
+		return contentionPool(ctx, admin, user, st, types, root, tenant, userWho.Caller.IdentityID, demo.SiteID, t.runID)
 	}
 	return t, cleanup, nil
 }
 
 // addNodes adds count schedulable copies of the sample 8×H100 machine to
 // pool, each in its own transaction, as devstack's seedDemoNodes does.
-func addNodes(ctx context.Context, st *store.Store, srv *api.Server, poolID, prefix string, first, count int) error {
+func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poolID, prefix string, first, count int) error {
 	sample, err := inventory.Sample(benchInventory)
 	if err != nil {
 		return err
@@ -219,13 +222,13 @@ func addNodes(ctx context.Context, st *store.Store, srv *api.Server, poolID, pre
 			return err
 		}
 		err = st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-			node, err := srv.CreateNode(ctx, tx, api.NewNode{PoolID: poolID, Name: fmt.Sprintf("%s-%d", prefix, n),
+			node, err := nodesdomain.Create(ctx, tx, types, nodesdomain.NewNode{PoolID: poolID, Name: fmt.Sprintf("%s-%d", prefix, n),
 				ProvisionState: nodes.Deployed, Role: nodes.RoleHost, Trust: nodes.TrustPlatform,
 				Power: nodes.PowerOn, Connectivity: nodes.Connected, ObservedGeneration: 1})
 			if err != nil {
 				return err
 			}
-			_, err = srv.IngestInventory(ctx, tx, node.ID, doc)
+			_, err = nodesdomain.Ingest(ctx, tx, types, node.ID, doc)
 			return err
 		})
 		if err != nil {
@@ -255,18 +258,18 @@ func poolGPUs(ctx context.Context, admin *api.Client, tenant, poolID string) (in
 // 8-GPU node, offers it to the tenant (a quota far above 8, so refusals are
 // for capacity, not quota), gives the user the "user" relation on it as the
 // demo fleet does, and waits until the tenant sees the 8 GPUs free.
-func contentionPool(ctx context.Context, admin, user *api.Client, st *store.Store, srv *api.Server,
+func contentionPool(ctx context.Context, admin, user *api.Client, st *store.Store, types nodesdomain.Types,
 	root, tenant, userID, siteID, runID string) (string, int64, error) {
-	p, err := admin.PoolsCreate(ctx, api.PoolsCreateInput{TenantID: root, SiteID: siteID, Name: "bench-contention-" + runID,
+	p, err := pools.Create.Call(ctx, admin, pools.CreateInput{TenantID: root, SiteID: siteID, Name: "bench-contention-" + runID,
 		Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80})
 	if err != nil {
 		return "", 0, fmt.Errorf("pool: %w", err)
 	}
-	if _, err := admin.PoolsOffer(ctx, api.PoolsOfferInput{TenantID: root, PoolID: p.ID, ToTenantID: tenant,
+	if _, err := pools.Offer.Call(ctx, admin, pools.OfferInput{TenantID: root, PoolID: p.ID, ToTenantID: tenant,
 		Quota: map[string]int64{placement.ClassGPU: 10000}}); err != nil {
 		return "", 0, fmt.Errorf("offer: %w", err)
 	}
-	if err := addNodes(ctx, st, srv, p.ID, "bench-contention", firstContentionNode, 1); err != nil {
+	if err := addNodes(ctx, st, types, p.ID, "bench-contention", firstContentionNode, 1); err != nil {
 		return "", 0, err
 	}
 	catalog, err := core.DefaultCatalog()

@@ -51,6 +51,11 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 		state = "active"
 	}
 	releaseRequested := false
+	// activating: the activation activity is in flight. PostgreSQL may show
+	// the row active before this run does, so a release or renew the API
+	// accepted on that row is taken and waits for the activation to land.
+	activating := false
+	live := func() bool { return state == "active" || (state == "placed" && activating) }
 	cancelled := false
 	changed := false // a renew or an extend moved a deadline
 	renewals := 0
@@ -60,6 +65,9 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, activities.UpdateRenew,
 		func(ctx workflow.Context) (int64, error) {
+			if err := workflow.Await(ctx, func() bool { return state != "placed" }); err != nil {
+				return 0, err
+			}
 			p.LeaseDeadline = workflow.Now(ctx).UnixMilli() + leaseMs
 			renewals++
 			changed = true
@@ -69,7 +77,7 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 			if p.LeaseSeconds <= 0 {
 				return invalidState(fmt.Sprintf("reservation %s has no lease to renew", p.ReservationID))
 			}
-			if state != "active" || releaseRequested {
+			if !live() || releaseRequested {
 				return invalidState(fmt.Sprintf("reservation %s is %s, not active", p.ReservationID, state))
 			}
 			return nil
@@ -86,7 +94,7 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 			return state, finishErr
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error {
-			if state != "active" || releaseRequested {
+			if !live() || releaseRequested {
 				return invalidState(fmt.Sprintf("reservation %s is %s, not active", p.ReservationID, state))
 			}
 			return nil
@@ -146,10 +154,17 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 			return res, err
 		}
 		var became string
-		if err := workflow.ExecuteActivity(ctx, a.MarkActive, p.TenantID, p.ReservationID).Get(ctx, &became); err != nil {
+		activating = true
+		err := workflow.ExecuteActivity(ctx, a.MarkActive, p.TenantID, p.ReservationID).Get(ctx, &became)
+		activating = false
+		if err != nil {
 			return activities.ReservationResult{State: state}, err
 		}
 		if became != "active" { // cancelled meanwhile; the signal may still be on its way
+			state, finished = became, true // a release that waited answers with it
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return activities.ReservationResult{}, err
+			}
 			return activities.ReservationResult{State: became, Reason: "cancel"}, nil
 		}
 		state = "active"

@@ -1,9 +1,8 @@
-package api
+package agentgateway
 
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -21,35 +19,15 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // The node session (docs/agent-protocol.md, "The session"): one full-duplex
 // HTTP/2 request per node on the agent listener, authenticated by the node's
 // client certificate. Each session takes the node with a new fencing epoch
-// (nodes.session_epoch); every later write of the session is conditional on
-// it, so of two sessions for one node only the newer writes, and the older
-// ends at its next write.
-
-// Defaults of Deps.AgentLease and Deps.AgentHeartbeat.
-const (
-	DefaultAgentLease     = 40 * time.Second
-	DefaultAgentHeartbeat = 10 * time.Second
-	// DefaultLostAfter is how long an unreachable node stays before it is
-	// lost when its pool's policy.lostAfter is unset.
-	DefaultLostAfter = 5 * time.Minute
-	// MaxClockSkew is how far the agent's clock may be from the server's
-	// before the node gets the ClockSkew condition.
-	MaxClockSkew = 5 * time.Second
-)
-
-// Liveness conditions and events.
-const (
-	CondNodeUnreachable = "NodeUnreachable"
-	CondClockSkew       = "ClockSkew"
-	// EventConnectivity records a change of the connectivity axis
-	// (details: from, to, epoch when a session made it).
-	EventConnectivity = "ConnectivityChanged"
-)
+// (store/nodes.StartSession); every later write of the session is
+// conditional on it, so of two sessions for one node only the newer writes,
+// and the older ends at its next write.
 
 // Limits of a session.
 const (
@@ -59,45 +37,14 @@ const (
 	agentRedeliverEvery = 30 * time.Second
 )
 
-// AgentTLSConfig is the agent listener's TLS configuration: TLS 1.3, HTTP/2,
-// a client certificate of the node CA required, and a server certificate
-// the CA issues for hosts (names or IP addresses), valid for a year.
-func AgentTLSConfig(ca *nodeca.CA, hosts []string) (*tls.Config, error) {
-	cert, err := ca.ServerCertificate(hosts, 365*24*time.Hour)
-	if err != nil {
-		return nil, fmt.Errorf("agent listener certificate: %w", err)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    ca.Pool(),
-		MinVersion:   tls.VersionTLS13,
-		NextProtos:   []string{"h2"},
-	}, nil
-}
-
-// AgentHandler serves the agent listener: POST /agent/v1/session.
-func (s *Server) AgentHandler() http.Handler {
+// SessionHandler serves the agent listener: POST /agent/v1/session.
+func (g *Gateway) SessionHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+protocol.SessionPath, s.handleAgentSession)
+	mux.HandleFunc("POST "+protocol.SessionPath, g.handleSession)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		agentError(w, http.StatusNotFound, "NOT_FOUND", "no such route")
 	})
 	return mux
-}
-
-func (s *Server) agentLease() time.Duration {
-	if s.deps.AgentLease > 0 {
-		return s.deps.AgentLease
-	}
-	return DefaultAgentLease
-}
-
-func (s *Server) agentHeartbeat() time.Duration {
-	if s.deps.AgentHeartbeat > 0 {
-		return s.deps.AgentHeartbeat
-	}
-	return DefaultAgentHeartbeat
 }
 
 // agentError answers a refused session in the envelope's error shape.
@@ -133,10 +80,10 @@ func (a *agentSession) getEpoch() int64 {
 	return a.epoch
 }
 
-// agentHub is the process's registry of live sessions by node id, and the
+// hub is the process's registry of live sessions by node id, and the
 // one LISTEN connection (revocations and commands) that fans out to them.
 // The listener runs while at least one session is live.
-type agentHub struct {
+type hub struct {
 	mu       sync.Mutex
 	sessions map[string]map[*agentSession]struct{}
 	live     int
@@ -145,14 +92,14 @@ type agentHub struct {
 
 // Session endings, as the cause of a session's context.
 var (
-	errSuperseded = errors.New("a newer session holds the node")
-	errRevoked    = errors.New("the node's identity was revoked")
+	errSuperseded = domain.ErrSuperseded
+	errRevoked    = domain.ErrRevoked
 	errLeaseLost  = errors.New("no frame within the liveness lease")
 	errShutdown   = errors.New("the server is shutting down")
 )
 
-func (s *Server) registerAgent(a *agentSession) {
-	h := &s.agents
+func (g *Gateway) registerAgent(a *agentSession) {
+	h := &g.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sessions == nil {
@@ -166,12 +113,12 @@ func (s *Server) registerAgent(a *agentSession) {
 	if h.live == 1 {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.stop = cancel
-		go s.listenAgents(ctx)
+		go g.listenAgents(ctx)
 	}
 }
 
-func (s *Server) unregisterAgent(a *agentSession) {
-	h := &s.agents
+func (g *Gateway) unregisterAgent(a *agentSession) {
+	h := &g.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.sessions[a.nodeID][a]; !ok {
@@ -188,19 +135,19 @@ func (s *Server) unregisterAgent(a *agentSession) {
 	}
 }
 
-// CloseAgentSessions ends every live session of this process (each marks
+// CloseSessions ends every live session of this process (each marks
 // its node disconnected), e.g. from http.Server.RegisterOnShutdown: a
 // session stream is never idle, so a graceful shutdown would otherwise wait
 // for it until its deadline.
-func (s *Server) CloseAgentSessions() {
-	for _, a := range s.agentsOf("") {
+func (g *Gateway) CloseSessions() {
+	for _, a := range g.agentsOf("") {
 		a.cancel(errShutdown)
 	}
 }
 
 // agentsOf answers the node's live sessions here (all nodes' for "").
-func (s *Server) agentsOf(nodeID string) []*agentSession {
-	h := &s.agents
+func (g *Gateway) agentsOf(nodeID string) []*agentSession {
+	h := &g.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []*agentSession
@@ -218,18 +165,18 @@ func (s *Server) agentsOf(nodeID string) []*agentSession {
 // listenAgents holds the hub's LISTEN connection until ctx ends,
 // reconnecting with backoff. Once a LISTEN is in place every session checks
 // its identity and commands again: notices sent before it may be lost.
-func (s *Server) listenAgents(ctx context.Context) {
+func (g *Gateway) listenAgents(ctx context.Context) {
 	// 100 ms doubling up to 10 s, no jitter: one listener per process.
 	retry := &backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond, Multiplier: 2,
 		MaxInterval: 10 * time.Second}
 	retry.Reset()
 	for ctx.Err() == nil {
-		err := s.listenAgentsOnce(ctx, retry.Reset)
+		err := g.listenAgentsOnce(ctx, retry.Reset)
 		if ctx.Err() != nil {
 			return
 		}
 		wait := retry.NextBackOff()
-		s.deps.Logger.Warn("agent sessions: listen failed", "error", err, "retryIn", wait)
+		g.deps.Logger.Warn("agent sessions: listen failed", "error", err, "retryIn", wait)
 		select {
 		case <-ctx.Done():
 			return
@@ -238,8 +185,8 @@ func (s *Server) listenAgents(ctx context.Context) {
 	}
 }
 
-func (s *Server) listenAgentsOnce(ctx context.Context, connected func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.store.Pool.Config().ConnConfig.Copy())
+func (g *Gateway) listenAgentsOnce(ctx context.Context, connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, g.deps.Store.Pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
 	}
@@ -248,13 +195,13 @@ func (s *Server) listenAgentsOnce(ctx context.Context, connected func()) error {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	for _, ch := range []string{store.NodeIdentityRevokedChannel, store.NodeCommandsChannel} {
+	for _, ch := range []string{domain.NodeIdentityRevokedChannel, store.NodeCommandsChannel} {
 		if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}
 	}
 	connected()
-	for _, a := range s.agentsOf("") {
+	for _, a := range g.agentsOf("") {
 		a.poke(a.recheck)
 		a.poke(a.commands)
 	}
@@ -263,9 +210,9 @@ func (s *Server) listenAgentsOnce(ctx context.Context, connected func()) error {
 		if err != nil {
 			return err
 		}
-		for _, a := range s.agentsOf(n.Payload) {
+		for _, a := range g.agentsOf(n.Payload) {
 			switch n.Channel {
-			case store.NodeIdentityRevokedChannel:
+			case domain.NodeIdentityRevokedChannel:
 				a.poke(a.recheck)
 			case store.NodeCommandsChannel:
 				a.poke(a.commands)
@@ -274,8 +221,8 @@ func (s *Server) listenAgentsOnce(ctx context.Context, connected func()) error {
 	}
 }
 
-// handleAgentSession is POST /agent/v1/session.
-func (s *Server) handleAgentSession(w http.ResponseWriter, r *http.Request) {
+// handleSession is POST /agent/v1/session.
+func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		agentError(w, http.StatusUnauthorized, "UNAUTHENTICATED", "a node certificate is required")
 		return
@@ -288,15 +235,15 @@ func (s *Server) handleAgentSession(w http.ResponseWriter, r *http.Request) {
 	}
 	a := &agentSession{nodeID: nodeID, serial: nodeca.Serial(cert.SerialNumber),
 		recheck: make(chan struct{}, 1), commands: make(chan struct{}, 1)}
-	log := s.deps.Logger.With("node", nodeID, "serial", a.serial)
+	log := g.deps.Logger.With("node", nodeID, "serial", a.serial)
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	a.cancel = cancel
 	// Registered before the identity check: a revocation committed after
 	// the check reaches the session through the hub.
-	s.registerAgent(a)
-	defer s.unregisterAgent(a)
-	ok, err := store.NodeIdentityValid(ctx, s.store.Pool, nodeID, a.serial)
+	g.registerAgent(a)
+	defer g.unregisterAgent(a)
+	ok, err := domain.NodeIdentityValid(ctx, g.deps.Store.Pool, nodeID, a.serial)
 	if err != nil {
 		log.Error("agent session: identity check", "error", err)
 		agentError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "the identity check failed; retry")
@@ -322,14 +269,14 @@ func (s *Server) handleAgentSession(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	sess := &sessionConn{s: s, a: a, w: w, rc: rc, log: log}
+	sess := &sessionConn{g: g, a: a, w: w, rc: rc, log: log}
 	cause := sess.run(ctx, r.Body)
 	log.Info("agent session ended", "epoch", a.getEpoch(), "cause", cause)
 }
 
 // sessionConn is the state of one session's stream.
 type sessionConn struct {
-	s   *Server
+	g   *Gateway
 	a   *agentSession
 	w   http.ResponseWriter
 	rc  *http.ResponseController
@@ -351,7 +298,7 @@ func (c *sessionConn) send(v any) error {
 	// An agent that stops reading must not hold the session forever; the
 	// deadline is cleared once the frame is out, because HTTP/2 resets the
 	// stream when a write deadline passes even with no write pending.
-	_ = c.rc.SetWriteDeadline(time.Now().Add(c.s.agentLease()))
+	_ = c.rc.SetWriteDeadline(time.Now().Add(c.g.deps.AgentLease))
 	if err := c.enc.Encode(v); err != nil {
 		return err
 	}
@@ -390,13 +337,13 @@ func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 		if epoch := c.a.getEpoch(); epoch > 0 {
 			endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if err := c.s.endAgentSession(endCtx, c.a.nodeID, epoch); err != nil {
+			if err := c.g.endSession(endCtx, c.a.nodeID, epoch); err != nil {
 				c.log.Error("agent session: disconnect", "error", err)
 			}
 		}
 	}()
 
-	lease := c.s.agentLease()
+	lease := c.g.deps.AgentLease
 	timer := time.NewTimer(lease)
 	defer timer.Stop()
 	for {
@@ -408,7 +355,7 @@ func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 		case <-timer.C:
 			return errLeaseLost
 		case <-c.a.recheck:
-			ok, err := store.NodeIdentityValid(ctx, c.s.store.Pool, c.a.nodeID, c.a.serial)
+			ok, err := domain.NodeIdentityValid(ctx, c.g.deps.Store.Pool, c.a.nodeID, c.a.serial)
 			if err != nil {
 				return err
 			}
@@ -444,8 +391,8 @@ func (c *sessionConn) frame(ctx context.Context, frame any) error {
 		return c.hello(ctx, hello)
 	case protocol.Heartbeat:
 		hbStart := time.Now()
-		generation, err := c.s.agentHeartbeatFrame(ctx, c.a, epoch, f.Clock)
-		c.s.observeHeartbeat(hbStart)
+		generation, err := c.g.heartbeatFrame(ctx, c.a, epoch, f.Clock)
+		c.g.heartbeat.Observe(time.Since(hbStart).Seconds())
 		if err != nil {
 			return err
 		}
@@ -463,8 +410,8 @@ func (c *sessionConn) frame(ctx context.Context, frame any) error {
 	case protocol.Observed:
 		return c.observed(ctx, f.Generation)
 	case protocol.Inventory:
-		err := c.s.inFencedTx(ctx, c.a.nodeID, epoch, func(tx store.Tx) error {
-			_, err := c.s.IngestInventory(ctx, tx, c.a.nodeID, f.Document)
+		err := c.g.inFencedTx(ctx, c.a.nodeID, epoch, func(tx store.Tx) error {
+			_, err := domain.Ingest(ctx, tx, c.g.types, c.a.nodeID, f.Document)
 			return err
 		})
 		if err != nil && !errors.Is(err, errSuperseded) && ctx.Err() == nil {
@@ -475,7 +422,7 @@ func (c *sessionConn) frame(ctx context.Context, frame any) error {
 		}
 		return err
 	case protocol.Result:
-		err := c.s.inFencedTx(ctx, c.a.nodeID, epoch, func(tx store.Tx) error {
+		err := c.g.inFencedTx(ctx, c.a.nodeID, epoch, func(tx store.Tx) error {
 			return store.RecordNodeCommandResult(ctx, tx, c.a.nodeID, f.Seq, store.NodeCommandResult{State: string(f.State),
 				ExitCode: f.ExitCode, Stdout: f.Stdout, Stderr: f.Stderr, Error: f.Error, Truncated: f.Truncated})
 		})
@@ -504,53 +451,29 @@ func frameType(frame any) string {
 // pending commands.
 func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 	skew := time.Duration(f.Clock-time.Now().UnixMilli()) * time.Millisecond
-	var epoch int64
-	var digest string
-	err := c.s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		var prev string
-		var conds []byte
-		err := tx.QueryRow(ctx, `WITH old AS (SELECT id, connectivity FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE)
-			UPDATE nodes n SET session_epoch = n.session_epoch + 1, connectivity = 'connected', agent_version = $2,
-				liveness_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now(), clock_skew_ms = $4,
-				updated_at = now()
-			FROM old WHERE n.id = old.id RETURNING n.session_epoch, old.connectivity, n.conditions`,
-			c.a.nodeID, f.AgentVersion, c.s.agentLease().Seconds(), skew.Milliseconds()).Scan(&epoch, &prev, &conds)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nodeNotFound(c.a.nodeID)
-		}
-		if err != nil {
-			return err
-		}
-		if err := connectivityChanged(ctx, tx, c.a.nodeID, prev, "connected", epoch); err != nil {
-			return err
-		}
-		if err := setLivenessConditions(ctx, tx, c.a.nodeID, conds, skew); err != nil {
-			return err
-		}
-		err = tx.QueryRow(ctx, `SELECT digest FROM node_inventories WHERE node_id = $1 ORDER BY seq DESC LIMIT 1`,
-			c.a.nodeID).Scan(&digest)
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
+	var w domain.Welcome
+	err := c.g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		w, err = domain.StartSession(ctx, tx, c.a.nodeID, f.AgentVersion, c.g.deps.AgentLease, skew)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	epoch := w.Epoch
 	c.a.mu.Lock()
 	c.a.epoch = epoch
 	c.a.mu.Unlock()
 	// Older sessions of the node here end now; those of other processes
 	// at their next write.
-	for _, o := range c.s.agentsOf(c.a.nodeID) {
+	for _, o := range c.g.agentsOf(c.a.nodeID) {
 		if o != c.a && o.getEpoch() < epoch {
 			o.cancel(errSuperseded)
 		}
 	}
 	c.lastSent = max(f.LastExecutedSeq, 0)
 	if err := c.send(protocol.Welcome{Type: protocol.FrameWelcome, NodeID: c.a.nodeID, Epoch: epoch,
-		HeartbeatSeconds: int(math.Ceil(c.s.agentHeartbeat().Seconds())),
-		LeaseSeconds:     int(math.Ceil(c.s.agentLease().Seconds())), InventoryDigest: digest}); err != nil {
+		HeartbeatSeconds: int(math.Ceil(c.g.deps.AgentHeartbeat.Seconds())),
+		LeaseSeconds:     int(math.Ceil(c.g.deps.AgentLease.Seconds())), InventoryDigest: w.InventoryDigest}); err != nil {
 		return err
 	}
 	c.log.Info("agent session started", "epoch", epoch, "agentVersion", f.AgentVersion, "clockSkewMs", skew.Milliseconds())
@@ -568,7 +491,7 @@ func (c *sessionConn) deliver(ctx context.Context) error {
 	for {
 		var cmds []store.NodeCommand
 		var cancels []int64
-		err := c.s.inFencedTx(ctx, c.a.nodeID, c.a.getEpoch(), func(tx store.Tx) (err error) {
+		err := c.g.inFencedTx(ctx, c.a.nodeID, c.a.getEpoch(), func(tx store.Tx) (err error) {
 			if cmds, err = store.PendingNodeCommands(ctx, tx, c.a.nodeID, c.lastSent, agentCommandBatch); err != nil {
 				return err
 			}
@@ -625,145 +548,38 @@ func (c *sessionConn) deliver(ctx context.Context) error {
 
 // inFencedTx runs fn in a transaction that holds the node in the session's
 // epoch; errSuperseded when a newer session took it (or the node is gone).
-func (s *Server) inFencedTx(ctx context.Context, nodeID string, epoch int64, fn func(store.Tx) error) error {
-	return s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = $1 AND session_epoch = $2 AND deleted_at IS NULL FOR UPDATE`,
-			nodeID, epoch).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errSuperseded
-		}
-		if err != nil {
+func (g *Gateway) inFencedTx(ctx context.Context, nodeID string, epoch int64, fn func(store.Tx) error) error {
+	return g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		if err := domain.HoldSession(ctx, tx, nodeID, epoch); err != nil {
 			return err
 		}
 		return fn(tx)
 	})
 }
 
-// agentHeartbeatFrame renews the liveness lease in the session's epoch,
-// brings the node back to connected and checks the identity again. It
-// answers the node's NodeSpec generation.
-func (s *Server) agentHeartbeatFrame(ctx context.Context, a *agentSession, epoch, clock int64) (generation int64, err error) {
+// heartbeatFrame renews the liveness lease in the session's epoch, brings
+// the node back to connected and checks the identity again. It answers the
+// node's NodeSpec generation.
+func (g *Gateway) heartbeatFrame(ctx context.Context, a *agentSession, epoch, clock int64) (generation int64, err error) {
 	skew := time.Duration(clock-time.Now().UnixMilli()) * time.Millisecond
-	err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		// A heartbeat is soft state: one lost to a crash only makes the
-		// lease look older until the next. Not waiting for its WAL flush
-		// halves what thousands of them cost PostgreSQL.
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-			return err
-		}
-		var prev string
-		var conds []byte
-		err := tx.QueryRow(ctx, `WITH old AS (SELECT id, connectivity FROM nodes
-				WHERE id = $1 AND session_epoch = $2 AND deleted_at IS NULL FOR UPDATE)
-			UPDATE nodes n SET liveness_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now(),
-				clock_skew_ms = $4, connectivity = 'connected',
-				updated_at = CASE WHEN old.connectivity <> 'connected' THEN now() ELSE n.updated_at END
-			FROM old WHERE n.id = old.id RETURNING old.connectivity, n.conditions, n.generation`,
-			a.nodeID, epoch, s.agentLease().Seconds(), skew.Milliseconds()).Scan(&prev, &conds, &generation)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errSuperseded
-		}
-		if err != nil {
-			return err
-		}
-		ok, err := store.NodeIdentityValid(ctx, tx, a.nodeID, a.serial)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errRevoked
-		}
-		if err := connectivityChanged(ctx, tx, a.nodeID, prev, "connected", epoch); err != nil {
-			return err
-		}
-		return setLivenessConditions(ctx, tx, a.nodeID, conds, skew)
+	err = g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		generation, err = domain.Heartbeat(ctx, tx, a.nodeID, a.serial, epoch, g.deps.AgentLease, skew)
+		return err
 	})
 	return generation, err
 }
 
-// endAgentSession marks the node disconnected when the ended session still
+// endSession marks the node disconnected when the ended session still
 // holds it.
-func (s *Server) endAgentSession(ctx context.Context, nodeID string, epoch int64) error {
-	return s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		var prev string
-		err := tx.QueryRow(ctx, `WITH old AS (SELECT id, connectivity FROM nodes
-				WHERE id = $1 AND session_epoch = $2 AND connectivity = 'connected' FOR UPDATE)
-			UPDATE nodes n SET connectivity = 'disconnected', updated_at = now()
-			FROM old WHERE n.id = old.id RETURNING old.connectivity`, nodeID, epoch).Scan(&prev)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return connectivityChanged(ctx, tx, nodeID, prev, "disconnected", epoch)
+func (g *Gateway) endSession(ctx context.Context, nodeID string, epoch int64) error {
+	return g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		return domain.EndSession(ctx, tx, nodeID, epoch)
 	})
 }
 
-// connectivityChanged writes a ConnectivityChanged event when from ≠ to.
-func connectivityChanged(ctx context.Context, tx store.Tx, nodeID, from, to string, epoch int64) error {
-	if from == to {
-		return nil
-	}
-	details := map[string]any{"from": from, "to": to}
-	if epoch > 0 {
-		details["epoch"] = epoch
-	}
-	return addNodeEvent(ctx, tx, nodeID, EventConnectivity, "connectivity "+from+" → "+to, details)
-}
-
-// setLivenessConditions clears NodeUnreachable (the node is heard from) and
-// raises or clears ClockSkew for skew, writing the node's conditions and
-// an event per change only when something changed.
-func setLivenessConditions(ctx context.Context, tx store.Tx, nodeID string, raw []byte, skew time.Duration) error {
-	var conds []NodeCondition
-	if err := json.Unmarshal(raw, &conds); err != nil {
-		return fmt.Errorf("node %s conditions: %w", nodeID, err)
-	}
-	changed := false
-	has := func(typ string) bool {
-		return slices.ContainsFunc(conds, func(c NodeCondition) bool { return c.Type == typ && c.Device == "" })
-	}
-	drop := func(typ string) error {
-		if !has(typ) {
-			return nil
-		}
-		conds = slices.DeleteFunc(conds, func(c NodeCondition) bool { return c.Type == typ && c.Device == "" })
-		changed = true
-		return addNodeEvent(ctx, tx, nodeID, EventConditionClear, typ+" cleared", map[string]any{"type": typ})
-	}
-	if err := drop(CondNodeUnreachable); err != nil {
-		return err
-	}
-	if skew > MaxClockSkew || skew < -MaxClockSkew {
-		if !has(CondClockSkew) {
-			reason, dir := "AgentClockAhead", "ahead of"
-			if skew < 0 {
-				reason, dir = "AgentClockBehind", "behind"
-			}
-			msg := fmt.Sprintf("the agent's clock is %s %s the server's", skew.Abs().Round(time.Millisecond), dir)
-			conds = append(conds, NodeCondition{Type: CondClockSkew, Status: "True", Reason: reason, Message: msg,
-				Since: time.Now().UnixMilli()})
-			changed = true
-			if err := addNodeEvent(ctx, tx, nodeID, EventConditionRaised, CondClockSkew+": "+msg,
-				map[string]any{"type": CondClockSkew, "reason": reason, "skewMs": skew.Milliseconds()}); err != nil {
-				return err
-			}
-		}
-	} else if err := drop(CondClockSkew); err != nil {
-		return err
-	}
-	if !changed {
-		return nil
-	}
-	if conds == nil {
-		conds = []NodeCondition{}
-	}
-	out, err := json.Marshal(conds)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `UPDATE nodes SET conditions = $2, updated_at = now() WHERE id = $1`, nodeID, string(out))
-	return err
+// count is the number of live sessions.
+func (h *hub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.live
 }

@@ -1,11 +1,11 @@
-package api
+package agentgateway
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // The NodeSpec: a node's desired state as the control plane holds it,
@@ -18,32 +18,21 @@ import (
 // sendSpec sends the node's spec when its generation is past the last one
 // sent on this stream.
 func (c *sessionConn) sendSpec(ctx context.Context) error {
-	f := protocol.Spec{Type: protocol.FrameSpec}
-	var labels, taints []byte
-	err := c.s.store.Pool.QueryRow(ctx, `SELECT generation, labels, taints, cordoned, drain_state FROM nodes WHERE id = $1`,
-		c.a.nodeID).Scan(&f.Generation, &labels, &taints, &f.Spec.Cordoned, &f.Spec.Drain)
-	if err != nil || f.Generation <= c.lastSpec {
+	generation, spec, err := domain.Spec(ctx, c.g.deps.Store.Pool, c.a.nodeID)
+	if err != nil || generation <= c.lastSpec {
 		return err
 	}
-	if err := json.Unmarshal(labels, &f.Spec.Labels); err != nil {
+	if err := c.send(protocol.Spec{Type: protocol.FrameSpec, Generation: generation, Spec: spec}); err != nil {
 		return err
 	}
-	if err := json.Unmarshal(taints, &f.Spec.Taints); err != nil {
-		return err
-	}
-	if err := c.send(f); err != nil {
-		return err
-	}
-	c.lastSpec = f.Generation
+	c.lastSpec = generation
 	return nil
 }
 
 // observed records the generation the agent converged on, in the session's
 // epoch; a generation the node never had is ignored.
 func (c *sessionConn) observed(ctx context.Context, generation int64) error {
-	return c.s.inFencedTx(ctx, c.a.nodeID, c.a.getEpoch(), func(tx store.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE nodes SET observed_generation = $2, updated_at = now()
-			WHERE id = $1 AND $2 <= generation AND $2 > observed_generation`, c.a.nodeID, generation)
-		return err
+	return c.g.inFencedTx(ctx, c.a.nodeID, c.a.getEpoch(), func(tx store.Tx) error {
+		return domain.Observed(ctx, tx, c.a.nodeID, generation)
 	})
 }

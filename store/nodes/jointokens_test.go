@@ -1,4 +1,4 @@
-package store_test
+package nodes_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/nodes"
 )
 
 // joinPool inserts a site and a bcd pool of tenant and returns the pool's id.
@@ -31,13 +32,13 @@ func joinPool(t *testing.T, s *store.Store, tenant string) string {
 }
 
 // newJoinToken records a token of pool and returns it with its plain text.
-func newJoinToken(t *testing.T, s *store.Store, tenant, pool string, maxUses int) (store.JoinToken, string) {
+func newJoinToken(t *testing.T, s *store.Store, tenant, pool string, maxUses int) (nodes.JoinToken, string) {
 	t.Helper()
-	plain := store.JoinTokenPrefix + strings.ToLower(core.NewID("x")) + strings.ToLower(core.NewID("y"))
-	var jt store.JoinToken
+	plain := nodes.JoinTokenPrefix + strings.ToLower(core.NewID("x")) + strings.ToLower(core.NewID("y"))
+	var jt nodes.JoinToken
 	err := s.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) (err error) {
-		jt, err = store.CreateJoinToken(context.Background(), tx, store.NewJoinToken{TenantID: tenant, PoolID: pool,
-			Name: "n", Hash: store.HashJoinToken(plain), TTL: time.Hour, MaxUses: maxUses, CreatedBy: "idn_x"})
+		jt, err = nodes.CreateJoinToken(context.Background(), tx, nodes.NewJoinToken{TenantID: tenant, PoolID: pool,
+			Name: "n", Hash: nodes.HashJoinToken(plain), TTL: time.Hour, MaxUses: maxUses, CreatedBy: "idn_x"})
 		return err
 	})
 	if err != nil {
@@ -46,10 +47,10 @@ func newJoinToken(t *testing.T, s *store.Store, tenant, pool string, maxUses int
 	return jt, plain
 }
 
-func consume(s *store.Store, token string) (store.JoinToken, error) {
-	var jt store.JoinToken
+func consume(s *store.Store, token string) (nodes.JoinToken, error) {
+	var jt nodes.JoinToken
 	err := s.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) (err error) {
-		jt, err = store.ConsumeJoinToken(context.Background(), tx, token)
+		jt, err = nodes.ConsumeJoinToken(context.Background(), tx, token)
 		return err
 	})
 	return jt, err
@@ -57,7 +58,7 @@ func consume(s *store.Store, token string) (store.JoinToken, error) {
 
 // wantRefused wants err to be code with details.reason (none when "") and
 // to name neither the token nor its pool.
-func wantRefused(t *testing.T, what string, err error, code core.Code, reason string, jt store.JoinToken) {
+func wantRefused(t *testing.T, what string, err error, code core.Code, reason string, jt nodes.JoinToken) {
 	t.Helper()
 	var e *core.Error
 	if !errors.As(err, &e) || e.Code != code {
@@ -77,7 +78,7 @@ func TestCreateJoinToken(t *testing.T) {
 	before := time.Now()
 	jt, plain := newJoinToken(t, s, "acme", pool, 3)
 	if !core.ValidID("jtok", jt.ID) || jt.TenantID != "acme" || jt.PoolID != pool || jt.MaxUses != 3 || jt.Uses != 0 ||
-		jt.State != store.JoinTokenActive || jt.RevokedAt != nil || jt.CreatedBy != "idn_x" {
+		jt.State != nodes.JoinTokenActive || jt.RevokedAt != nil || jt.CreatedBy != "idn_x" {
 		t.Fatalf("created %+v", jt)
 	}
 	if d := jt.ExpiresAt.Sub(jt.CreatedAt); d != time.Hour {
@@ -88,12 +89,12 @@ func TestCreateJoinToken(t *testing.T) {
 	}
 	var hash []byte
 	if err := s.Pool.QueryRow(context.Background(), `SELECT token_hash FROM join_tokens WHERE id = $1`, jt.ID).Scan(&hash); err != nil ||
-		!bytes.Equal(hash, store.HashJoinToken(plain)) {
+		!bytes.Equal(hash, nodes.HashJoinToken(plain)) {
 		t.Fatalf("stored hash %x, %v", hash, err)
 	}
 	// A hash that is not a SHA-256 is refused before the database.
 	err := s.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) error {
-		_, err := store.CreateJoinToken(context.Background(), tx, store.NewJoinToken{TenantID: "acme", PoolID: pool,
+		_, err := nodes.CreateJoinToken(context.Background(), tx, nodes.NewJoinToken{TenantID: "acme", PoolID: pool,
 			Hash: []byte("short"), TTL: time.Hour, MaxUses: 1, CreatedBy: "idn_x"})
 		return err
 	})
@@ -109,13 +110,13 @@ func TestConsumeJoinToken(t *testing.T) {
 	jt, plain := newJoinToken(t, s, "acme", pool, 2)
 
 	got, err := consume(s, plain)
-	if err != nil || got.ID != jt.ID || got.PoolID != pool || got.TenantID != "acme" || got.Uses != 1 || got.State != store.JoinTokenActive {
+	if err != nil || got.ID != jt.ID || got.PoolID != pool || got.TenantID != "acme" || got.Uses != 1 || got.State != nodes.JoinTokenActive {
 		t.Fatalf("first use = %+v, %v", got, err)
 	}
 	// A join that fails after the use gives it back: the use is in the join's transaction.
 	boom := errors.New("the join failed")
 	err = s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		if _, err := store.ConsumeJoinToken(ctx, tx, plain); err != nil {
+		if _, err := nodes.ConsumeJoinToken(ctx, tx, plain); err != nil {
 			return err
 		}
 		return boom
@@ -124,15 +125,15 @@ func TestConsumeJoinToken(t *testing.T) {
 		t.Fatalf("failed join = %v", err)
 	}
 	got, err = consume(s, plain)
-	if err != nil || got.Uses != 2 || got.State != store.JoinTokenExhausted {
+	if err != nil || got.Uses != 2 || got.State != nodes.JoinTokenExhausted {
 		t.Fatalf("last use = %+v, %v", got, err)
 	}
 	_, err = consume(s, plain)
-	wantRefused(t, "a use past maxUses", err, core.CodeInvalidState, store.JoinTokenExhausted, jt)
+	wantRefused(t, "a use past maxUses", err, core.CodeInvalidState, nodes.JoinTokenExhausted, jt)
 
 	// Unknown and malformed tokens: UNAUTHENTICATED, with no details.
-	for _, tok := range []string{"", "bcst_" + strings.TrimPrefix(plain, store.JoinTokenPrefix), plain + "x",
-		store.JoinTokenPrefix, strings.ToUpper(plain), store.JoinTokenPrefix + strings.Repeat("a", 300)} {
+	for _, tok := range []string{"", "bcst_" + strings.TrimPrefix(plain, nodes.JoinTokenPrefix), plain + "x",
+		nodes.JoinTokenPrefix, strings.ToUpper(plain), nodes.JoinTokenPrefix + strings.Repeat("a", 300)} {
 		_, err := consume(s, tok)
 		wantRefused(t, "token "+tok, err, core.CodeUnauthn, "", jt)
 	}
@@ -143,34 +144,34 @@ func TestConsumeJoinToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = consume(s, exPlain)
-	wantRefused(t, "an expired token", err, core.CodeInvalidState, store.JoinTokenExpired, ex)
+	wantRefused(t, "an expired token", err, core.CodeInvalidState, nodes.JoinTokenExpired, ex)
 
 	// Revoked (and expired: revoked wins), and idempotent revocation.
 	rv, rvPlain := newJoinToken(t, s, "acme", pool, 5)
-	var first, again store.JoinToken
+	var first, again nodes.JoinToken
 	err = s.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		if first, err = store.RevokeJoinToken(ctx, tx, "acme", pool, rv.ID); err != nil {
+		if first, err = nodes.RevokeJoinToken(ctx, tx, "acme", pool, rv.ID); err != nil {
 			return err
 		}
-		again, err = store.RevokeJoinToken(ctx, tx, "acme", pool, rv.ID)
+		again, err = nodes.RevokeJoinToken(ctx, tx, "acme", pool, rv.ID)
 		return err
 	})
-	if err != nil || first.State != store.JoinTokenRevoked || first.RevokedAt == nil || !again.RevokedAt.Equal(*first.RevokedAt) {
+	if err != nil || first.State != nodes.JoinTokenRevoked || first.RevokedAt == nil || !again.RevokedAt.Equal(*first.RevokedAt) {
 		t.Fatalf("revoke = %+v, %+v, %v", first, again, err)
 	}
 	_, err = consume(s, rvPlain)
-	wantRefused(t, "a revoked token", err, core.CodeInvalidState, store.JoinTokenRevoked, rv)
+	wantRefused(t, "a revoked token", err, core.CodeInvalidState, nodes.JoinTokenRevoked, rv)
 	if _, err := s.Pool.Exec(ctx, `UPDATE join_tokens SET expires_at = now() - interval '1 second' WHERE id = $1`, rv.ID); err != nil {
 		t.Fatal(err)
 	}
 	_, err = consume(s, rvPlain)
-	wantRefused(t, "a revoked, expired token", err, core.CodeInvalidState, store.JoinTokenRevoked, rv)
+	wantRefused(t, "a revoked, expired token", err, core.CodeInvalidState, nodes.JoinTokenRevoked, rv)
 
 	// Revoking through another pool or tenant, or a missing token: NOT_FOUND.
 	other := joinPool(t, s, "acme")
 	for _, c := range []struct{ tenant, pool, id string }{{"acme", other, jt.ID}, {"globex", pool, jt.ID}, {"acme", pool, core.NewID("jtok")}} {
 		err := s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-			_, err := store.RevokeJoinToken(ctx, tx, c.tenant, c.pool, c.id)
+			_, err := nodes.RevokeJoinToken(ctx, tx, c.tenant, c.pool, c.id)
 			return err
 		})
 		if !errors.Is(err, core.ErrNotFound) {
@@ -184,7 +185,7 @@ func TestConsumeJoinToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = consume(s, arPlain)
-	wantRefused(t, "a token of an archived pool", err, core.CodeInvalidState, store.JoinTokenPoolArchived, ar)
+	wantRefused(t, "a token of an archived pool", err, core.CodeInvalidState, nodes.JoinTokenPoolArchived, ar)
 
 	// Refusals spent nothing.
 	var uses int
@@ -193,13 +194,13 @@ func TestConsumeJoinToken(t *testing.T) {
 	}
 
 	// List: every state, oldest first.
-	var list []store.JoinToken
+	var list []nodes.JoinToken
 	err = s.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
-		list, err = store.ListJoinTokens(ctx, tx, "acme", pool, 500)
+		list, err = nodes.ListJoinTokens(ctx, tx, "acme", pool, 500)
 		return err
 	})
-	if err != nil || len(list) != 3 || list[0].ID != jt.ID || list[0].State != store.JoinTokenExhausted ||
-		list[1].State != store.JoinTokenExpired || list[2].State != store.JoinTokenRevoked {
+	if err != nil || len(list) != 3 || list[0].ID != jt.ID || list[0].State != nodes.JoinTokenExhausted ||
+		list[1].State != nodes.JoinTokenExpired || list[2].State != nodes.JoinTokenRevoked {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
 }

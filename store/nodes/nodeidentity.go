@@ -1,4 +1,4 @@
-package store
+package nodes
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/store"
 )
 
 // Node identities and join requests. A node identity is one client
@@ -36,7 +37,7 @@ type NodeIdentity struct {
 
 // RecordNodeIdentity records a certificate the node CA issued (IssuedAt is
 // the database's now()).
-func RecordNodeIdentity(ctx context.Context, tx Tx, id NodeIdentity) (NodeIdentity, error) {
+func RecordNodeIdentity(ctx context.Context, tx store.Tx, id NodeIdentity) (NodeIdentity, error) {
 	if id.NodeID == "" || id.Serial == "" || id.Certificate == "" || id.ExpiresAt.IsZero() {
 		return NodeIdentity{}, errors.New("store: a node identity needs a node, a serial, a certificate and an expiry")
 	}
@@ -48,7 +49,7 @@ func RecordNodeIdentity(ctx context.Context, tx Tx, id NodeIdentity) (NodeIdenti
 // NodeIdentityValid reports whether serial is a recorded identity of the
 // node that is neither revoked nor expired (by the database's clock). The
 // agent listener asks it for every new session.
-func NodeIdentityValid(ctx context.Context, db DBTX, nodeID, serial string) (bool, error) {
+func NodeIdentityValid(ctx context.Context, db store.DBTX, nodeID, serial string) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM node_identities i JOIN nodes n ON n.id = i.node_id
 		WHERE i.serial = $1 AND i.node_id = $2 AND i.revoked_at IS NULL AND i.expires_at > now()
@@ -57,7 +58,7 @@ func NodeIdentityValid(ctx context.Context, db DBTX, nodeID, serial string) (boo
 }
 
 // ListNodeIdentities reads the node's identities, newest first.
-func ListNodeIdentities(ctx context.Context, db DBTX, nodeID string) ([]NodeIdentity, error) {
+func ListNodeIdentities(ctx context.Context, db store.DBTX, nodeID string) ([]NodeIdentity, error) {
 	rows, err := db.Query(ctx, `SELECT node_id, serial, certificate, issued_at, expires_at, revoked_at, revoked_by
 		FROM node_identities WHERE node_id = $1 ORDER BY issued_at DESC, serial`, nodeID)
 	if err != nil {
@@ -75,7 +76,7 @@ func ListNodeIdentities(ctx context.Context, db DBTX, nodeID string) ([]NodeIden
 // It notifies NodeIdentityRevokedChannel with the node id in the
 // transaction (delivered on commit), even when nothing was left to revoke,
 // so a session that somehow outlived its identity is closed too.
-func RevokeNodeIdentities(ctx context.Context, tx Tx, nodeID, by string) (int, error) {
+func RevokeNodeIdentities(ctx context.Context, tx store.Tx, nodeID, by string) (int, error) {
 	tag, err := tx.Exec(ctx, `UPDATE node_identities SET revoked_at = now(), revoked_by = $2
 		WHERE node_id = $1 AND revoked_at IS NULL`, nodeID, by)
 	if err != nil {
@@ -151,7 +152,7 @@ type NewJoinRequest struct {
 
 // CreateJoinRequest records a pending join request (id jreq_<ULID>),
 // expiring JoinRequestTTL from the database's now().
-func CreateJoinRequest(ctx context.Context, tx Tx, in NewJoinRequest) (JoinRequest, error) {
+func CreateJoinRequest(ctx context.Context, tx store.Tx, in NewJoinRequest) (JoinRequest, error) {
 	if len(in.SecretHash) != sha256.Size {
 		return JoinRequest{}, errors.New("store: a join request's secret hash is a SHA-256")
 	}
@@ -168,7 +169,7 @@ func joinRequestNotFound(id string) error {
 
 // GetJoinRequest reads a join request of the tenant's pool; lock takes it
 // for a decision. Any other, or none, is NOT_FOUND.
-func GetJoinRequest(ctx context.Context, tx Tx, tenantID, poolID, id string, lock bool) (JoinRequest, error) {
+func GetJoinRequest(ctx context.Context, tx store.Tx, tenantID, poolID, id string, lock bool) (JoinRequest, error) {
 	q := `SELECT ` + joinRequestColumns + ` FROM join_requests r WHERE r.id = $1 AND r.pool_id = $2 AND r.tenant_id = $3`
 	if lock {
 		q += ` FOR UPDATE`
@@ -183,7 +184,7 @@ func GetJoinRequest(ctx context.Context, tx Tx, tenantID, poolID, id string, loc
 // GetJoinRequestBySecret reads the join request id whose secret is secret:
 // the agent's poll. A wrong secret, or no such request, is
 // UNAUTHENTICATED with no details (nothing says which).
-func GetJoinRequestBySecret(ctx context.Context, db DBTX, id, secret string) (JoinRequest, error) {
+func GetJoinRequestBySecret(ctx context.Context, db store.DBTX, id, secret string) (JoinRequest, error) {
 	r, err := scanJoinRequest(db.QueryRow(ctx, `SELECT `+joinRequestColumns+` FROM join_requests r
 		WHERE r.id = $1 AND r.request_secret_hash = $2`, id, HashRequestSecret(secret)))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -194,7 +195,7 @@ func GetJoinRequestBySecret(ctx context.Context, db DBTX, id, secret string) (Jo
 
 // ListJoinRequests reads the join requests of the tenant's pool, oldest
 // first, at most limit; state, when given, filters on the derived state.
-func ListJoinRequests(ctx context.Context, tx Tx, tenantID, poolID, state string, limit int) ([]JoinRequest, error) {
+func ListJoinRequests(ctx context.Context, tx store.Tx, tenantID, poolID, state string, limit int) ([]JoinRequest, error) {
 	rows, err := tx.Query(ctx, `SELECT * FROM (SELECT `+joinRequestColumns+` FROM join_requests r
 		WHERE r.tenant_id = $1 AND r.pool_id = $2) AS q (id, tenant_id, pool_id, join_token_id, name, hardware_key,
 		inventory, csr, state, node_id, certificate, decided_by, decided_at, created_at, expires_at)
@@ -217,7 +218,7 @@ type JoinRequestDecision struct {
 // DecideJoinRequest decides a pending, unexpired join request of the
 // tenant's pool. One already decided is INVALID_STATE with details.reason
 // its state ("approved", "rejected" or "expired").
-func DecideJoinRequest(ctx context.Context, tx Tx, tenantID, poolID, id string, d JoinRequestDecision) (JoinRequest, error) {
+func DecideJoinRequest(ctx context.Context, tx store.Tx, tenantID, poolID, id string, d JoinRequestDecision) (JoinRequest, error) {
 	if d.State != JoinRequestApproved && d.State != JoinRequestRejected {
 		return JoinRequest{}, errors.New("store: a join request is approved or rejected")
 	}

@@ -1,4 +1,4 @@
-package store
+package nodes
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/store"
 )
 
 // Join tokens: what `bcd node join` presents to join a pool. A token is
@@ -87,7 +88,7 @@ type NewJoinToken struct {
 
 // CreateJoinToken records a join token of the tenant's pool (the caller
 // has checked the pool). Its id is jtok_<ULID>.
-func CreateJoinToken(ctx context.Context, tx Tx, in NewJoinToken) (JoinToken, error) {
+func CreateJoinToken(ctx context.Context, tx store.Tx, in NewJoinToken) (JoinToken, error) {
 	if len(in.Hash) != sha256.Size {
 		return JoinToken{}, errors.New("store: a join token's hash is a SHA-256")
 	}
@@ -99,7 +100,7 @@ func CreateJoinToken(ctx context.Context, tx Tx, in NewJoinToken) (JoinToken, er
 
 // ListJoinTokens reads the tenant's join tokens of a pool, every state,
 // oldest first, at most limit.
-func ListJoinTokens(ctx context.Context, tx Tx, tenantID, poolID string, limit int) ([]JoinToken, error) {
+func ListJoinTokens(ctx context.Context, tx store.Tx, tenantID, poolID string, limit int) ([]JoinToken, error) {
 	rows, err := tx.Query(ctx, `SELECT `+joinTokenColumns+` FROM join_tokens t
 		WHERE t.tenant_id = $1 AND t.pool_id = $2 ORDER BY t.created_at, t.id LIMIT $3`, tenantID, poolID, limit)
 	if err != nil {
@@ -111,7 +112,7 @@ func ListJoinTokens(ctx context.Context, tx Tx, tenantID, poolID string, limit i
 // RevokeJoinToken revokes a join token of the tenant's pool. Revoking a
 // revoked token changes nothing (it keeps its first revokedAt); a token of
 // another pool or tenant, or none, is NOT_FOUND.
-func RevokeJoinToken(ctx context.Context, tx Tx, tenantID, poolID, id string) (JoinToken, error) {
+func RevokeJoinToken(ctx context.Context, tx store.Tx, tenantID, poolID, id string) (JoinToken, error) {
 	t, err := scanJoinToken(tx.QueryRow(ctx, `UPDATE join_tokens t SET revoked_at = coalesce(t.revoked_at, now())
 		WHERE t.id = $1 AND t.pool_id = $2 AND t.tenant_id = $3 RETURNING `+joinTokenColumns, id, poolID, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -130,7 +131,7 @@ func RevokeJoinToken(ctx context.Context, tx Tx, tenantID, poolID, id string) (J
 // "revoked", "exhausted", "expired" (checked in that order) or
 // "poolArchived"; the details name neither the token nor its pool. The row
 // is locked, so concurrent joins never spend more than maxUses.
-func ConsumeJoinToken(ctx context.Context, tx Tx, token string) (JoinToken, error) {
+func ConsumeJoinToken(ctx context.Context, tx store.Tx, token string) (JoinToken, error) {
 	if !strings.HasPrefix(token, JoinTokenPrefix) || len(token) > 256 {
 		return JoinToken{}, joinTokenUnknown()
 	}

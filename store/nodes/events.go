@@ -1,14 +1,15 @@
-package store
+package nodes
 
 import (
 	"context"
 	"encoding/json"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/store"
 )
 
-// AddNodeEvent appends one event to a node's history (nodes.events).
-func AddNodeEvent(ctx context.Context, tx Tx, nodeID, typ, message string, details map[string]any) error {
+// AddEvent appends one event to a node's history (nodes.events).
+func AddEvent(ctx context.Context, tx store.Tx, nodeID, typ, message string, details map[string]any) error {
 	if details == nil {
 		details = map[string]any{}
 	}

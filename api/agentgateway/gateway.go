@@ -1,0 +1,187 @@
+// Package agentgateway is the server side of the agent protocol
+// (docs/agent-protocol.md): a node's join and join status and the site
+// agent's register and renew (on the API listener, outside the method
+// table), the mutual-TLS session stream and its hub (on the agent
+// listener), and the liveness sweeper. It is its own value, built from its
+// own Deps, beside the API server: the process mounts its routes next to
+// the API's. Every write goes through store/nodes.
+package agentgateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/api/httpx"
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/internal/nodeca"
+	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
+)
+
+// Defaults of Deps' durations.
+const (
+	DefaultAgentLease     = 40 * time.Second
+	DefaultAgentHeartbeat = 10 * time.Second
+	// DefaultSiteLease is the site boot lease's ttl; the agent renews every
+	// third of it.
+	DefaultSiteLease = 30 * time.Second
+)
+
+// Deps are what the gateway needs from the process.
+type Deps struct {
+	Store *store.Store
+	// Catalog defaults to the core catalog; RootTenant (default
+	// iam.DefaultRootTenantID) owns the platform's pools, whose nodes are
+	// platform-trusted.
+	Catalog    *core.Catalog
+	RootTenant string
+	// NodeCA signs the certificates of joining nodes; without it the join
+	// endpoints answer UNAVAILABLE "no node CA configured".
+	NodeCA *nodeca.CA
+	// AgentEndpoint is where joined agents open their session
+	// ("https://host:port", the agent listener), told to them at join.
+	AgentEndpoint string
+	// AgentLease is a node session's liveness lease (default
+	// DefaultAgentLease); AgentHeartbeat the heartbeat period the session
+	// asks of the agent (default DefaultAgentHeartbeat). Tests shrink them.
+	AgentLease     time.Duration
+	AgentHeartbeat time.Duration
+	// TemporalAddress (host:port) and TemporalNamespace are the Temporal
+	// frontend site agents (`bcd site`) are told to dial at registration;
+	// without them site registration answers UNAVAILABLE.
+	TemporalAddress   string
+	TemporalNamespace string
+	// SiteLease is the ttl of a site agent's boot lease (default
+	// DefaultSiteLease). Tests shrink it.
+	SiteLease time.Duration
+	Logger    *slog.Logger
+	// Metrics, when set, gets the gateway's series (bc_agent_sessions,
+	// bc_agent_heartbeat_seconds).
+	Metrics prometheus.Registerer
+}
+
+// Gateway is the agent protocol's server of one process.
+type Gateway struct {
+	deps      Deps
+	types     domain.Types
+	hub       hub
+	heartbeat prometheus.Histogram
+}
+
+// heartbeatBuckets run from 0.5 ms to 2 s, each about 1.41× the last.
+var heartbeatBuckets = prometheus.ExponentialBucketsRange(0.0005, 2, 25)
+
+// New builds the gateway.
+func New(d Deps) (*Gateway, error) {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.RootTenant == "" {
+		d.RootTenant = iam.DefaultRootTenantID
+	}
+	if d.AgentLease <= 0 {
+		d.AgentLease = DefaultAgentLease
+	}
+	if d.AgentHeartbeat <= 0 {
+		d.AgentHeartbeat = DefaultAgentHeartbeat
+	}
+	if d.SiteLease <= 0 {
+		d.SiteLease = DefaultSiteLease
+	}
+	if d.Catalog == nil {
+		var err error
+		if d.Catalog, err = core.DefaultCatalog(); err != nil {
+			return nil, err
+		}
+	}
+	g := &Gateway{deps: d, types: domain.TypesOf(d.Catalog),
+		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "bc_agent_heartbeat_seconds", Help: "Handling time of agent session heartbeat frames.",
+			Buckets: heartbeatBuckets,
+		})}
+	if d.Metrics != nil {
+		sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "bc_agent_sessions", Help: "Live agent sessions of this process.",
+		}, func() float64 { return float64(g.hub.count()) })
+		if err := d.Metrics.Register(g.heartbeat); err != nil {
+			return nil, fmt.Errorf("agent gateway metrics: %w", err)
+		}
+		if err := d.Metrics.Register(sessions); err != nil {
+			return nil, fmt.Errorf("agent gateway metrics: %w", err)
+		}
+	}
+	return g, nil
+}
+
+// Mount puts the gateway's routes of the API listener on r: the node's
+// join and join status, the site agent's register and renew.
+func (g *Gateway) Mount(r gin.IRoutes) {
+	r.POST(protocol.JoinPath, g.handleJoin)
+	r.POST(protocol.JoinStatusPath, g.handleJoinStatus)
+	r.POST(protocol.SiteRegisterPath, agentJSON(g.SiteRegister))
+	r.POST(protocol.SiteRenewPath, agentJSON(g.SiteRenew))
+}
+
+// TLSConfig is the agent listener's TLS configuration: TLS 1.3, HTTP/2, a
+// client certificate of the node CA required, and a server certificate the
+// CA issues for hosts (names or IP addresses), valid for a year.
+func TLSConfig(ca *nodeca.CA, hosts []string) (*tls.Config, error) {
+	cert, err := ca.ServerCertificate(hosts, 365*24*time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("agent listener certificate: %w", err)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    ca.Pool(),
+		MinVersion:   tls.VersionTLS13,
+		NextProtos:   []string{"h2"},
+	}, nil
+}
+
+// readJSON reads a bounded JSON body into v, refusing unknown fields.
+func readJSON(c *gin.Context, v any) error {
+	body, err := httpx.ReadBody(c)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return core.Errorf(core.CodeInvalidInput, "the body is not the endpoint's JSON object")
+	}
+	return nil
+}
+
+// agentJSON serves an agent endpoint: the bounded JSON body (unknown
+// fields refused) into In, fn's answer as JSON, errors in the API's shape.
+func agentJSON[In, Out any](fn func(context.Context, In) (Out, error)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		var in In
+		if err := readJSON(c, &in); err != nil {
+			httpx.WriteError(c, err)
+			return
+		}
+		out, err := fn(c.Request.Context(), in)
+		if err != nil {
+			httpx.WriteError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, out)
+	}
+}
+
+func badField(field, reason, format string, args ...any) error {
+	return core.Errorf(core.CodeInvalidInput, format, args...).WithDetails(map[string]any{"field": field, "reason": reason})
+}
