@@ -203,59 +203,6 @@ func (c *Client) InventoryDiff(ctx context.Context, in InventoryDiffInput) (Inve
 	return out, c.Call(ctx, "inventory.diff", in, &out)
 }
 
-// PoolsCapacity calls pools.capacity: one pool's capacity in the tenant's view.
-func (c *Client) PoolsCapacity(ctx context.Context, tenantID, poolID string) (PoolCapacity, error) {
-	var out PoolCapacity
-	return out, c.Call(ctx, "pools.capacity", map[string]string{"tenantId": tenantID, "poolId": poolID}, &out)
-}
-
-// CapacitySummary calls capacity.summary: the tenant's pools and the pools
-// offered to it, with their capacity.
-func (c *Client) CapacitySummary(ctx context.Context, tenantID string) (CapacitySummary, error) {
-	var out CapacitySummary
-	return out, c.Call(ctx, "capacity.summary", map[string]string{"tenantId": tenantID}, &out)
-}
-
-// CapacityByPool calls capacity.byPool: one pool's capacity with its
-// breakdown per resource and gpuProduct.
-func (c *Client) CapacityByPool(ctx context.Context, tenantID, poolID string) (PoolCapacity, error) {
-	var out PoolCapacity
-	return out, c.Call(ctx, "capacity.byPool", map[string]string{"tenantId": tenantID, "poolId": poolID}, &out)
-}
-
-// CapacityTimelineInput is capacity.timeline's input; From and To are epoch
-// milliseconds, Buckets at most 500 (48 when zero).
-type CapacityTimelineInput struct {
-	TenantID string `json:"tenantId"`
-	PoolID   string `json:"poolId"`
-	From     int64  `json:"from"`
-	To       int64  `json:"to"`
-	Buckets  int    `json:"buckets,omitempty"`
-}
-
-// CapacityTimeline calls capacity.timeline.
-func (c *Client) CapacityTimeline(ctx context.Context, in CapacityTimelineInput) (CapacityTimeline, error) {
-	var out CapacityTimeline
-	return out, c.Call(ctx, "capacity.timeline", in, &out)
-}
-
-// CapacityPreviewInput is capacity.preview's input: Start is epoch
-// milliseconds (now when nil), Duration seconds.
-type CapacityPreviewInput struct {
-	TenantID string            `json:"tenantId"`
-	PoolID   string            `json:"poolId"`
-	Devices  placement.Request `json:"devices"`
-	Start    *int64            `json:"start,omitempty"`
-	Duration int64             `json:"duration"`
-}
-
-// CapacityPreview calls capacity.preview: whether devices would fit in a
-// pool over a window, where, and the tenant's quota; it books nothing.
-func (c *Client) CapacityPreview(ctx context.Context, in CapacityPreviewInput) (CapacityPreview, error) {
-	var out CapacityPreview
-	return out, c.Call(ctx, "capacity.preview", in, &out)
-}
-
 // ReservationsCreateInput is reservations.create's input: Start is epoch
 // milliseconds (now when nil), Duration seconds, Binding hold when empty.
 type ReservationsCreateInput struct {

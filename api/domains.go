@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/better-compute/better-compute/api/capacity"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/rpc"
@@ -13,4 +14,5 @@ var Domains = []rpc.Domain{
 	projects.Methods,
 	pools.Methods,
 	sites.Methods,
+	capacity.Methods,
 }

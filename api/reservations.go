@@ -17,6 +17,7 @@ import (
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	capdomain "github.com/better-compute/better-compute/store/capacity"
 	pooldomain "github.com/better-compute/better-compute/store/pools"
 	"github.com/better-compute/better-compute/workflows"
 )
@@ -125,10 +126,10 @@ func (s *Server) reservationsPrepare(ctx context.Context, c *Call, tx store.Tx, 
 		in.Binding = "hold"
 	}
 	switch {
-	case in.Start != nil && (*in.Start < 0 || *in.Start > maxPreviewStart):
-		return iam.Resource{}, badField("start", "range", "start must be epoch milliseconds in [0, %d]", maxPreviewStart)
-	case in.Duration <= 0 || in.Duration > MaxPreviewDurationSeconds:
-		return iam.Resource{}, badField("duration", "range", "duration must be in [1, %d] seconds", MaxPreviewDurationSeconds)
+	case in.Start != nil && (*in.Start < 0 || *in.Start > capdomain.MaxPreviewStart):
+		return iam.Resource{}, badField("start", "range", "start must be epoch milliseconds in [0, %d]", capdomain.MaxPreviewStart)
+	case in.Duration <= 0 || in.Duration > capdomain.MaxPreviewDurationSeconds:
+		return iam.Resource{}, badField("duration", "range", "duration must be in [1, %d] seconds", capdomain.MaxPreviewDurationSeconds)
 	case in.LeaseSeconds != nil && *in.LeaseSeconds <= 0:
 		return iam.Resource{}, badField("leaseSeconds", "range", "leaseSeconds must be at least 1")
 	case in.Binding == "node":
@@ -230,7 +231,7 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 	}
 	req := r.Devices
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
-		nodes, err := freeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false)
+		nodes, err := capdomain.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false)
 		if err != nil {
 			return nil, err
 		}
@@ -239,7 +240,7 @@ func (s *Server) reservationsComplete(ctx context.Context, c *Call, tx store.Tx)
 		if len(reasons) > 0 && !r.Spot {
 			// Atoms held only by spot reservations are this request's
 			// for the taking.
-			if nodes, err = freeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, true); err != nil {
+			if nodes, err = capdomain.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, true); err != nil {
 				return nil, err
 			}
 			if p, rs := placement.Place(req, nodes); len(rs) == 0 {
@@ -507,4 +508,12 @@ func (s *Server) ensureReservationWorkflow(ctx context.Context, r Reservation) e
 	return s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		return store.MarkReservationWorkflowStarted(ctx, tx, r.ID)
 	})
+}
+
+// previewKeys are the keys devices may have (encoding/json matches names
+// case-insensitively, so they are checked exactly).
+var previewKeys = map[string]map[string]bool{
+	"devices":          {"class": true, "count": true, "selector": true, "topology": true},
+	"devices.selector": {"gpuModel": true, "gpuProduct": true, "minMemoryGiB": true, "migProfile": true},
+	"devices.topology": {"type": true, "nodes": true, "perNode": true},
 }

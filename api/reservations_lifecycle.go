@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	capdomain "github.com/better-compute/better-compute/store/capacity"
 	pooldomain "github.com/better-compute/better-compute/store/pools"
 	"github.com/better-compute/better-compute/workflows"
 )
@@ -198,8 +199,8 @@ func (s *Server) extendPrepare(ctx context.Context, c *Call, tx store.Tx, _ stri
 	if err := decode(c.Input, &in); err != nil {
 		return iam.Resource{}, err
 	}
-	if in.Duration <= 0 || in.Duration > MaxPreviewDurationSeconds {
-		return iam.Resource{}, badField("duration", "range", "duration must be in [1, %d] seconds", MaxPreviewDurationSeconds)
+	if in.Duration <= 0 || in.Duration > capdomain.MaxPreviewDurationSeconds {
+		return iam.Resource{}, badField("duration", "range", "duration must be in [1, %d] seconds", capdomain.MaxPreviewDurationSeconds)
 	}
 	r, err := loadReservation(ctx, tx, c.TenantID, in.ReservationID, true)
 	if err != nil {
@@ -364,8 +365,8 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pooldom
 	if offered {
 		req := r.Devices
 		limit := pool.Offer.Quota[req.Class]
-		var inUse int64
-		if err := tx.QueryRow(ctx, previewInUse, tenantID, pool.ID, req.Class, from, to).Scan(&inUse); err != nil {
+		inUse, err := capdomain.BookedInPool(ctx, tx, tenantID, pool.ID, req.Class, from, to)
+		if err != nil {
 			return err
 		}
 		if inUse+int64(req.Count) > limit {

@@ -56,12 +56,6 @@ func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 		"commands.list":     {Run: s.commandsList},
 		"commands.cancel":   {Run: s.commandsCancel},
 
-		"pools.capacity":    {Run: s.poolsCapacity},
-		"capacity.summary":  {Run: s.capacitySummary},
-		"capacity.byPool":   {Run: s.capacityByPool},
-		"capacity.timeline": {Run: s.capacityTimeline},
-		"capacity.preview":  {Run: s.capacityPreview},
-
 		"reservations.create":  {Admission: s.reservationsAdmission()},
 		"reservations.get":     {Run: s.reservationsGet},
 		"reservations.list":    {List: s.reservationsList},

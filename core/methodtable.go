@@ -636,21 +636,6 @@ var explicitSchemas = map[string][]Field{
 		Enum: []string{"queued", "delivered", "running", "succeeded", "failed", "skipped", "cancelled", "expired"}}},
 	"commands.cancel": {TenantIDField(), nodeID, IDField("commandId", "cmd", true)},
 
-	// Capacity. from and to are epoch milliseconds; the handler checks
-	// to > from and buckets in [1, 500]. capacity.preview's devices are
-	// {class, count, selector, topology} (core/placement checks them, its
-	// keys exactly), start epoch milliseconds (default now) and duration
-	// seconds in [1, one year], checked by the handler.
-	"pools.capacity":   {TenantIDField(), IDField("poolId", "pool", true)},
-	"capacity.summary": {TenantIDField()},
-	"capacity.byPool":  {TenantIDField(), IDField("poolId", "pool", true)},
-	"capacity.timeline": {TenantIDField(), IDField("poolId", "pool", true),
-		{Name: "from", Type: FieldInteger, Required: true}, {Name: "to", Type: FieldInteger, Required: true},
-		{Name: "buckets", Type: FieldInteger}},
-	"capacity.preview": {TenantIDField(), IDField("poolId", "pool", true),
-		{Name: "devices", Type: FieldObject, Required: true, MaxBytes: 4 << 10},
-		{Name: "start", Type: FieldInteger}, {Name: "duration", Type: FieldInteger, Required: true}},
-
 	// Reservations: devices, start and duration as capacity.preview's (the
 	// handler checks them the same way); binding defaults to hold (node is
 	// planned for v0.5); leaseSeconds at least 1, checked by the handler.

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/better-compute/better-compute/api/capacity"
+
 	"github.com/better-compute/better-compute/api/pools"
 
 	"github.com/better-compute/better-compute/api"
@@ -283,7 +285,7 @@ func contentionPool(ctx context.Context, admin, user *api.Client, st *store.Stor
 	start := time.Now().Add(48 * time.Hour).Truncate(time.Hour).UnixMilli()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		pv, err := user.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: tenant, PoolID: p.ID,
+		pv, err := capacity.Preview.Call(ctx, user, capacity.PreviewInput{TenantID: tenant, PoolID: p.ID,
 			Devices: placement.Request{Class: placement.ClassGPU, Count: 8}, Start: &start, Duration: 3600})
 		if err == nil && pv.Fits {
 			return p.ID, start, nil
