@@ -7,14 +7,13 @@ import (
 	"time"
 	"unicode"
 
-	sitedomain "github.com/better-compute/better-compute/store/sites"
-
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	sitedomain "github.com/better-compute/better-compute/store/sites"
 )
 
 // The site agent's endpoints: `bcd site` posts its site token and an

@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/capacity"
-	"github.com/better-compute/better-compute/api/rpc"
-
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/nodes"
 )

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-
-	"github.com/better-compute/better-compute/core/placement"
 )
 
 // Client is the typed Go client of the API: the same calls over HTTP.
@@ -201,77 +199,4 @@ type InventoryDiffInput struct {
 func (c *Client) InventoryDiff(ctx context.Context, in InventoryDiffInput) (InventoryDiffOutput, error) {
 	var out InventoryDiffOutput
 	return out, c.Call(ctx, "inventory.diff", in, &out)
-}
-
-// ReservationsCreateInput is reservations.create's input: Start is epoch
-// milliseconds (now when nil), Duration seconds, Binding hold when empty.
-type ReservationsCreateInput struct {
-	TenantID       string            `json:"tenantId"`
-	PoolID         string            `json:"poolId"`
-	Devices        placement.Request `json:"devices"`
-	Start          *int64            `json:"start,omitempty"`
-	Duration       int64             `json:"duration"`
-	Binding        string            `json:"binding,omitempty"`
-	LeaseSeconds   *int64            `json:"leaseSeconds,omitempty"`
-	ProjectID      string            `json:"projectId,omitempty"`
-	Spot           bool              `json:"spot,omitempty"`
-	IdempotencyKey string            `json:"idempotencyKey"`
-}
-
-// ReservationsCreate calls reservations.create: the reservation, placed
-// with its allocations.
-func (c *Client) ReservationsCreate(ctx context.Context, in ReservationsCreateInput) (Reservation, error) {
-	var out Reservation
-	return out, c.Call(ctx, "reservations.create", in, &out)
-}
-
-// ReservationsGet calls reservations.get.
-func (c *Client) ReservationsGet(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
-	return c.reservationCall(ctx, "reservations.get", tenantID, reservationID)
-}
-
-// ReservationsListInput is reservations.list's input: scope mine (the
-// default) or all, and optional filters.
-type ReservationsListInput struct {
-	TenantID  string `json:"tenantId"`
-	Scope     string `json:"scope,omitempty"`
-	State     string `json:"state,omitempty"`
-	PoolID    string `json:"poolId,omitempty"`
-	ProjectID string `json:"projectId,omitempty"`
-}
-
-// ReservationsList calls reservations.list: newest first, at most 500.
-func (c *Client) ReservationsList(ctx context.Context, in ReservationsListInput) (ReservationList, error) {
-	var out ReservationList
-	return out, c.Call(ctx, "reservations.list", in, &out)
-}
-
-// ReservationsRelease calls reservations.release and answers the
-// reservation once its workflow has released it.
-func (c *Client) ReservationsRelease(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
-	return c.reservationCall(ctx, "reservations.release", tenantID, reservationID)
-}
-
-// ReservationsCancel calls reservations.cancel (before it is active).
-func (c *Client) ReservationsCancel(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
-	return c.reservationCall(ctx, "reservations.cancel", tenantID, reservationID)
-}
-
-// ReservationsRenew calls reservations.renew; the answer's LeaseExpiresAt is
-// the new deadline.
-func (c *Client) ReservationsRenew(ctx context.Context, tenantID, reservationID string) (Reservation, error) {
-	return c.reservationCall(ctx, "reservations.renew", tenantID, reservationID)
-}
-
-// ReservationsExtend calls reservations.extend: durationSeconds is the new
-// total duration from the reservation's start.
-func (c *Client) ReservationsExtend(ctx context.Context, tenantID, reservationID string, durationSeconds int64) (Reservation, error) {
-	var out Reservation
-	return out, c.Call(ctx, "reservations.extend", map[string]any{"tenantId": tenantID, "reservationId": reservationID,
-		"duration": durationSeconds}, &out)
-}
-
-func (c *Client) reservationCall(ctx context.Context, method, tenantID, reservationID string) (Reservation, error) {
-	var out Reservation
-	return out, c.Call(ctx, method, map[string]string{"tenantId": tenantID, "reservationId": reservationID}, &out)
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/better-compute/better-compute/api/capacity"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/sites"
 )
@@ -15,4 +16,5 @@ var Domains = []rpc.Domain{
 	pools.Methods,
 	sites.Methods,
 	capacity.Methods,
+	reservations.Methods,
 }

@@ -7,11 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/capacity"
-
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 )

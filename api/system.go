@@ -56,14 +56,6 @@ func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 		"commands.list":     {Run: s.commandsList},
 		"commands.cancel":   {Run: s.commandsCancel},
 
-		"reservations.create":  {Admission: s.reservationsAdmission()},
-		"reservations.get":     {Run: s.reservationsGet},
-		"reservations.list":    {List: s.reservationsList},
-		"reservations.release": {Run: s.reservationsRelease, After: s.afterRelease},
-		"reservations.cancel":  {Run: s.reservationsCancel, After: s.afterCancel},
-		"reservations.renew":   {Run: s.reservationsRenew, After: s.afterRenew},
-		"reservations.extend":  {Admission: s.reservationsExtendAdmission()},
-
 		"events.list": {Run: s.eventsList},
 		"usage.list":  {Run: s.usageList},
 	}

@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/better-compute/better-compute/api/capacity"
-
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
@@ -58,10 +57,10 @@ const windowSeconds = 600
 // run), and perWindow reservations share a window: placement then works on
 // partly booked nodes, while the pool never runs out (the next window is
 // empty).
-func (t *target) createInput(gpus int) api.ReservationsCreateInput {
+func (t *target) createInput(gpus int) reservations.CreateInput {
 	i := t.seq.Add(1) - 1
 	start := t.base + (i/int64(t.perWindow))*windowSeconds*1000
-	return api.ReservationsCreateInput{
+	return reservations.CreateInput{
 		TenantID: t.tenant, PoolID: t.pool, Start: &start, Duration: windowSeconds,
 		Devices:        placement.Request{Class: placement.ClassGPU, Count: gpus},
 		IdempotencyKey: fmt.Sprintf("bench-%s-%d", t.runID, i),
