@@ -8,7 +8,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
 )
 
 // The envelope's cost over real HTTP against the real embedded IAM and
