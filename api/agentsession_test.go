@@ -20,14 +20,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/nodeca"

@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/sites"
-	sitedomain "github.com/better-compute/better-compute/store/sites"
-
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
+	"github.com/better-compute/better-compute/api/sites"
+	sitedomain "github.com/better-compute/better-compute/store/sites"
 )
 
 // siteAgentServer is an API on e's database that tells site agents where

@@ -3,6 +3,9 @@ package api_test
 import (
 	"context"
 	"testing"
+
+	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/rpc"
 )
 
 // BenchmarkCapacitySummary: one pool of 2,000 schedulable nodes × 8 GPUs
@@ -35,7 +38,7 @@ func BenchmarkCapacitySummary(b *testing.B) {
 		b.Fatal(err)
 	}
 	c := e.client(e.boot.UserToken)
-	sum, err := c.CapacitySummary(ctx, "acme")
+	sum, err := capacity.Summary.Call(ctx, c, rpc.TenantInput{TenantID: "acme"})
 	if err != nil || len(sum.Pools) != 1 {
 		b.Fatalf("summary = %+v, %v", sum, err)
 	}
@@ -45,7 +48,7 @@ func BenchmarkCapacitySummary(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := c.CapacitySummary(ctx, "acme"); err != nil {
+		if _, err := capacity.Summary.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil {
 			b.Fatal(err)
 		}
 	}

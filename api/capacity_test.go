@@ -7,17 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/nodes"
 )
 
 // resourceOf finds a resource's row (gpu rows of the pool's model).
-func resourceOf(t testing.TB, rs []api.CapacityResource, name string) api.CapacityResource {
+func resourceOf(t testing.TB, rs []capacity.Resource, name string) capacity.Resource {
 	t.Helper()
 	for _, r := range rs {
 		if r.Resource == name && r.GPUProduct == "" {
@@ -25,10 +26,10 @@ func resourceOf(t testing.TB, rs []api.CapacityResource, name string) api.Capaci
 		}
 	}
 	t.Fatalf("no %s row in %+v", name, rs)
-	return api.CapacityResource{}
+	return capacity.Resource{}
 }
 
-func wantCounts(t testing.TB, what string, r api.CapacityResource, allocatable, allocated, reserved int64) {
+func wantCounts(t testing.TB, what string, r capacity.Resource, allocatable, allocated, reserved int64) {
 	t.Helper()
 	if r.Allocatable != allocatable || r.Allocated != allocated || r.Reserved != reserved || r.Available != allocatable-allocated {
 		t.Fatalf("%s = %+v, want allocatable %d allocated %d reserved %d", what, r, allocatable, allocated, reserved)
@@ -91,7 +92,7 @@ func TestCapacity(t *testing.T) {
 		t.Fatalf("nodes not schedulable: %+v %+v", n1, n2)
 	}
 
-	got, err := a.PoolsCapacity(ctx, "acme", p.ID)
+	got, err := capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil || got.PoolID != p.ID || got.GPUModel != "H100" || got.Offered || got.Quota != nil || got.At == 0 {
 		t.Fatalf("pools.capacity = %+v, %v", got, err)
 	}
@@ -105,7 +106,7 @@ func TestCapacity(t *testing.T) {
 	if _, err := a.NodesCordon(ctx, "acme", n1.ID); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = a.PoolsCapacity(ctx, "acme", p.ID)
+	got, _ = capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
 	wantCounts(t, "gpu cordoned", resourceOf(t, got.Resources, "gpu"), 0, 0, 0)
 	wantCounts(t, "node cordoned", resourceOf(t, got.Resources, "node"), 0, 0, 0)
 	if _, err := a.NodesUncordon(ctx, "acme", n1.ID); err != nil {
@@ -125,7 +126,7 @@ func TestCapacity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, _ = a.PoolsCapacity(ctx, "acme", p.ID)
+	got, _ = capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
 	wantCounts(t, "gpu booked", resourceOf(t, got.Resources, "gpu"), 8, 2, 1)
 
 	// The database refuses a double booking; an adjacent one is fine.
@@ -137,13 +138,13 @@ func TestCapacity(t *testing.T) {
 	}
 
 	// The summary: both pools, their totals.
-	sum, err := a.CapacitySummary(ctx, "acme")
+	sum, err := capacity.Summary.Call(ctx, a, rpc.TenantInput{TenantID: "acme"})
 	if err != nil || sum.TenantID != "acme" || len(sum.Pools) != 2 || sum.Pools[0].PoolID != p.ID || sum.Pools[1].PoolID != q.ID {
 		t.Fatalf("summary = %+v, %v", sum, err)
 	}
 	wantCounts(t, "h200 gpu", resourceOf(t, sum.Pools[1].Resources, "gpu"), 8, 0, 0)
 	wantCounts(t, "total nodes", resourceOf(t, sum.Totals, "node"), 2, 0, 0)
-	gpuModels := map[string]api.CapacityResource{}
+	gpuModels := map[string]capacity.Resource{}
 	for _, r := range sum.Totals {
 		if r.Resource == "gpu" {
 			gpuModels[r.GPUModel] = r
@@ -154,7 +155,7 @@ func TestCapacity(t *testing.T) {
 	}
 
 	// byPool: the breakdown per gpuProduct.
-	bp, err := a.CapacityByPool(ctx, "acme", p.ID)
+	bp, err := capacity.ByPool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil || len(bp.Breakdown) == 0 {
 		t.Fatalf("byPool = %+v, %v", bp, err)
 	}
@@ -176,31 +177,31 @@ func TestCapacity(t *testing.T) {
 	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 4}}); err != nil {
 		t.Fatal(err)
 	}
-	gs, err := g.CapacitySummary(ctx, "globex")
+	gs, err := capacity.Summary.Call(ctx, g, rpc.TenantInput{TenantID: "globex"})
 	if err != nil || len(gs.Pools) != 1 || gs.Pools[0].PoolID != p.ID || !gs.Pools[0].Offered || gs.Pools[0].Quota["gpu"] != 4 ||
 		gs.Pools[0].TenantID != "acme" {
 		t.Fatalf("globex summary = %+v, %v", gs, err)
 	}
 	wantCounts(t, "globex gpu", resourceOf(t, gs.Pools[0].Resources, "gpu"), 8, 2, 1)
-	if gp, err := g.PoolsCapacity(ctx, "globex", p.ID); err != nil || !gp.Offered || gp.Quota["gpu"] != 4 {
+	if gp, err := capacity.Pool.Call(ctx, g, capacity.PoolInput{TenantID: "globex", PoolID: p.ID}); err != nil || !gp.Offered || gp.Quota["gpu"] != 4 {
 		t.Fatalf("globex pools.capacity = %+v, %v", gp, err)
 	}
-	if _, err := g.PoolsCapacity(ctx, "globex", q.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := capacity.Pool.Call(ctx, g, capacity.PoolInput{TenantID: "globex", PoolID: q.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex on acme's unoffered pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := g.CapacityTimeline(ctx, api.CapacityTimelineInput{TenantID: "globex", PoolID: q.ID, From: 0, To: 1000}); codeOf(err) != core.CodeNotFound {
+	if _, err := capacity.Timeline.Call(ctx, g, capacity.TimelineInput{TenantID: "globex", PoolID: q.ID, From: 0, To: 1000}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex timeline on acme's unoffered pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := g.CapacitySummary(ctx, "acme"); codeOf(err) != core.CodeAccessDenied {
+	if _, err := capacity.Summary.Call(ctx, g, rpc.TenantInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex summary of acme = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := g.PoolsCapacity(ctx, "acme", p.ID); codeOf(err) != core.CodeAccessDenied {
+	if _, err := capacity.Pool.Call(ctx, g, capacity.PoolInput{TenantID: "acme", PoolID: p.ID}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex pools.capacity in acme = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := a.PoolsCapacity(ctx, "acme", core.NewID("pool")); codeOf(err) != core.CodeNotFound {
+	if _, err := capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: core.NewID("pool")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("unknown pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := a.CapacityByPool(ctx, "acme", core.NewID("pool")); codeOf(err) != core.CodeNotFound {
+	if _, err := capacity.ByPool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: core.NewID("pool")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("byPool unknown pool = %v, want NOT_FOUND", err)
 	}
 
@@ -244,7 +245,7 @@ func TestCapacityTimeline(t *testing.T) {
 		}
 	}
 	from := t0.UnixMilli()
-	tl, err := a.CapacityTimeline(ctx, api.CapacityTimelineInput{TenantID: "acme", PoolID: p.ID, From: from,
+	tl, err := capacity.Timeline.Call(ctx, a, capacity.TimelineInput{TenantID: "acme", PoolID: p.ID, From: from,
 		To: t0.Add(5 * time.Hour).UnixMilli(), Buckets: 5})
 	if err != nil || len(tl.Buckets) != 5 || tl.BucketMs != 3600_000 || tl.Allocatable["gpu"] != 8 || tl.Allocatable["node"] != 1 {
 		t.Fatalf("timeline = %+v, %v", tl, err)
@@ -255,12 +256,12 @@ func TestCapacityTimeline(t *testing.T) {
 		}
 	}
 	// A default bucket count, and a window shorter than the buckets.
-	if tl, err := a.CapacityTimeline(ctx, api.CapacityTimelineInput{TenantID: "acme", PoolID: p.ID, From: from, To: from + 10}); err != nil ||
+	if tl, err := capacity.Timeline.Call(ctx, a, capacity.TimelineInput{TenantID: "acme", PoolID: p.ID, From: from, To: from + 10}); err != nil ||
 		len(tl.Buckets) != 10 || tl.BucketMs != 1 {
 		t.Fatalf("short timeline = %d buckets of %d, %v", len(tl.Buckets), tl.BucketMs, err)
 	}
 	// The reserved atoms: booked only in the future.
-	got, _ := a.PoolsCapacity(ctx, "acme", p.ID)
+	got, _ := capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
 	wantCounts(t, "gpu", resourceOf(t, got.Resources, "gpu"), 8, 0, 2)
 }
 
@@ -324,7 +325,7 @@ func TestCapacitySchedulableMatchesPredicate(t *testing.T) {
 	if want != 3 {
 		t.Fatalf("%d schedulable variants, want 3 (ok, deployed, owned-by-owner)", want)
 	}
-	got, err := a.PoolsCapacity(ctx, "acme", p.ID)
+	got, err := capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"github.com/better-compute/better-compute/api/capacity"
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/usage"
@@ -17,4 +19,6 @@ var Domains = []rpc.Domain{
 	usage.Methods,
 	pools.Methods,
 	sites.Methods,
+	capacity.Methods,
+	reservations.Methods,
 }

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"

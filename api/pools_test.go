@@ -6,10 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/better-compute/better-compute/api/sites"
-
 	"github.com/better-compute/better-compute/api/pools"
-
+	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )

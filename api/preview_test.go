@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 )
@@ -31,9 +31,9 @@ func TestCapacityPreview(t *testing.T) {
 	}
 	t0 := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 	start := t0.UnixMilli()
-	preview := func(c *api.Client, tenant string, d placement.Request, start int64) api.CapacityPreview {
+	preview := func(c *api.Client, tenant string, d placement.Request, start int64) capacity.CapacityPreview {
 		t.Helper()
-		out, err := c.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: tenant, PoolID: p.ID, Devices: d, Start: &start, Duration: 3600})
+		out, err := capacity.Preview.Call(ctx, c, capacity.PreviewInput{TenantID: tenant, PoolID: p.ID, Devices: d, Start: &start, Duration: 3600})
 		if err != nil {
 			t.Fatalf("preview %+v: %v", d, err)
 		}
@@ -42,7 +42,7 @@ func TestCapacityPreview(t *testing.T) {
 	gpus := func(n int, topo string) placement.Request {
 		return placement.Request{Class: "gpu", Count: n, Topology: placement.Topology{Type: topo}}
 	}
-	wantReason := func(what string, got api.CapacityPreview, code, scope string, wanted, max int) {
+	wantReason := func(what string, got capacity.CapacityPreview, code, scope string, wanted, max int) {
 		t.Helper()
 		if got.Fits || len(got.Reasons) != 1 || len(got.Plan.Allocations) != 0 {
 			t.Fatalf("%s = %+v, want one %s reason", what, got, code)
@@ -134,10 +134,10 @@ func TestCapacityPreview(t *testing.T) {
 
 	// A tenant sees an offered pool with its quota; the unoffered one and
 	// another tenant's view are closed to it.
-	if _, err := g.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: "globex", PoolID: p.ID, Devices: gpus(1, ""), Duration: 60}); codeOf(err) != core.CodeNotFound {
+	if _, err := capacity.Preview.Call(ctx, g, capacity.PreviewInput{TenantID: "globex", PoolID: p.ID, Devices: gpus(1, ""), Duration: 60}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex before the offer = %v, want NOT_FOUND", err)
 	}
-	if _, err := g.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: "acme", PoolID: p.ID, Devices: gpus(1, ""), Duration: 60}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := capacity.Preview.Call(ctx, g, capacity.PreviewInput{TenantID: "acme", PoolID: p.ID, Devices: gpus(1, ""), Duration: 60}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex in acme = %v, want ACCESS_DENIED", err)
 	}
 	if _, err := pools.Offer.Call(ctx, a, pools.OfferInput{TenantID: "acme", PoolID: p.ID, ToTenantID: "globex", Quota: map[string]int64{"gpu": 4}}); err != nil {
@@ -157,11 +157,11 @@ func TestCapacityPreview(t *testing.T) {
 
 	// Start defaults to now.
 	now := time.Now().UnixMilli()
-	if out, err := a.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: "acme", PoolID: p.ID, Devices: gpus(1, ""), Duration: 60}); err != nil ||
+	if out, err := capacity.Preview.Call(ctx, a, capacity.PreviewInput{TenantID: "acme", PoolID: p.ID, Devices: gpus(1, ""), Duration: 60}); err != nil ||
 		out.Start < now-60_000 || out.Start > now+60_000 || out.End != out.Start+60_000 || !out.Fits {
 		t.Fatalf("default start = %+v, %v", out, err)
 	}
-	if _, err := a.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: "acme", PoolID: core.NewID("pool"), Devices: gpus(1, ""), Duration: 60}); codeOf(err) != core.CodeNotFound {
+	if _, err := capacity.Preview.Call(ctx, a, capacity.PreviewInput{TenantID: "acme", PoolID: core.NewID("pool"), Devices: gpus(1, ""), Duration: 60}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("unknown pool = %v, want NOT_FOUND", err)
 	}
 
@@ -176,7 +176,7 @@ func TestCapacityPreview(t *testing.T) {
 		pre + `"devices":{"class":"gpu","count":1},"duration":60,"start":1.5}`:                                      "start",
 		pre + `"devices":{"class":"disk","count":1},"duration":60}`:                                                 "devices.class",
 		pre + `"devices":{"class":"gpu","count":0},"duration":60}`:                                                  "devices.count",
-		pre + `"devices":{"class":"gpu","count":"1"},"duration":60}`:                                                "devices",
+		pre + `"devices":{"class":"gpu","count":"1"},"duration":60}`:                                                "devices.count",
 		pre + `"devices":{"class":"gpu","count":1,"Count":2},"duration":60}`:                                        "devices.Count",
 		pre + `"devices":{"class":"gpu","count":1,"selector":{"model":"H100"}},"duration":60}`:                      "devices.selector.model",
 		pre + `"devices":{"class":"gpu","count":1,"topology":{"type":"ring"}},"duration":60}`:                       "devices.topology.type",

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/core"
 )
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/iam"
@@ -35,9 +35,9 @@ func h100Pool(t *testing.T, e *env) (pools.Pool, api.Node) {
 	return p, n
 }
 
-func reserveInput(tenant, poolID, key string, count int, start time.Time, seconds int64) api.ReservationsCreateInput {
+func reserveInput(tenant, poolID, key string, count int, start time.Time, seconds int64) reservations.CreateInput {
 	ms := start.UnixMilli()
-	return api.ReservationsCreateInput{TenantID: tenant, PoolID: poolID, Devices: placement.Request{Class: "gpu", Count: count},
+	return reservations.CreateInput{TenantID: tenant, PoolID: poolID, Devices: placement.Request{Class: "gpu", Count: count},
 		Start: &ms, Duration: seconds, IdempotencyKey: key}
 }
 
@@ -80,7 +80,7 @@ func TestReservationsCreateAndGet(t *testing.T) {
 	p, n := h100Pool(t, e)
 
 	in := reserveInput("acme", p.ID, "r1", 2, reservationsT0, 3600)
-	r, err := a.ReservationsCreate(ctx, in)
+	r, err := reservations.Create.Call(ctx, a, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,34 +99,34 @@ func TestReservationsCreateAndGet(t *testing.T) {
 
 	// The replay answers the stored reservation; the same key with another
 	// body is CONFLICT.
-	again, err := a.ReservationsCreate(ctx, in)
+	again, err := reservations.Create.Call(ctx, a, in)
 	if err != nil || again.ID != r.ID || again.Allocations[0].ID != r.Allocations[0].ID {
 		t.Fatalf("replay = %+v, %v", again, err)
 	}
 	other := in
 	other.Devices.Count = 3
-	if _, err := a.ReservationsCreate(ctx, other); codeOf(err) != core.CodeConflict {
+	if _, err := reservations.Create.Call(ctx, a, other); codeOf(err) != core.CodeConflict {
 		t.Fatalf("same key, other body = %v", err)
 	}
 	if got := e.count(`SELECT count(*) FROM device_bookings`); got != 2 {
 		t.Fatalf("bookings after the replay = %d, want 2", got)
 	}
 
-	got, err := a.ReservationsGet(ctx, "acme", r.ID)
+	got, err := reservations.Get.Call(ctx, a, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
 	if err != nil || got.ID != r.ID || got.State != "placed" || len(got.Allocations) != 1 {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
 	// Another tenant's reservation is not found.
-	if _, err := e.client(e.globex).ReservationsGet(ctx, "globex", r.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := reservations.Get.Call(ctx, e.client(e.globex), reservations.ReservationInput{TenantID: "globex", ReservationID: r.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex get = %v, want NOT_FOUND", err)
 	}
 	// A pool the tenant cannot see is NOT_FOUND.
-	if _, err := e.client(e.globex).ReservationsCreate(ctx, reserveInput("globex", p.ID, "g1", 1, reservationsT0, 60)); codeOf(err) != core.CodeNotFound {
+	if _, err := reservations.Create.Call(ctx, e.client(e.globex), reserveInput("globex", p.ID, "g1", 1, reservationsT0, 60)); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("unoffered pool = %v, want NOT_FOUND", err)
 	}
 
 	// Nothing fits: INVALID_STATE with the placement reasons, marked failed.
-	_, err = a.ReservationsCreate(ctx, reserveInput("acme", p.ID, "r2", 7, reservationsT0.Add(30*time.Minute), 3600))
+	_, err = reservations.Create.Call(ctx, a, reserveInput("acme", p.ID, "r2", 7, reservationsT0.Add(30*time.Minute), 3600))
 	ce := core.AsError(err)
 	if ce.Code != core.CodeInvalidState || ce.Details["reason"] != "noCapacity" || ce.Details["reasons"] == nil {
 		t.Fatalf("no capacity = %v %+v", err, ce.Details)
@@ -135,13 +135,13 @@ func TestReservationsCreateAndGet(t *testing.T) {
 
 	// Windows that touch but do not overlap both take all eight.
 	for i, at := range []time.Time{reservationsT0.Add(2 * time.Hour), reservationsT0.Add(3 * time.Hour)} {
-		if r, err := a.ReservationsCreate(ctx, reserveInput("acme", p.ID, fmt.Sprint("adj", i), 8, at, 3600)); err != nil || r.State != "placed" {
+		if r, err := reservations.Create.Call(ctx, a, reserveInput("acme", p.ID, fmt.Sprint("adj", i), 8, at, 3600)); err != nil || r.State != "placed" {
 			t.Fatalf("adjacent window %d = %+v, %v", i, r, err)
 		}
 	}
 	// Bad input.
 	bad := reserveInput("acme", p.ID, "r3", 1, reservationsT0, 0)
-	if _, err := a.ReservationsCreate(ctx, bad); codeOf(err) != core.CodeInvalidInput {
+	if _, err := reservations.Create.Call(ctx, a, bad); codeOf(err) != core.CodeInvalidInput {
 		t.Fatalf("zero duration = %v", err)
 	}
 }
@@ -159,7 +159,7 @@ func TestReservationsShippedH100Policy(t *testing.T) {
 	}
 	sam := e.client(e.stranger)
 	// Without the user relation on the pool: denied.
-	if _, err := sam.ReservationsCreate(ctx, reserveInput("acme", p.ID, "s0", 1, reservationsT0, 3600)); codeOf(err) != core.CodeAccessDenied {
+	if _, err := reservations.Create.Call(ctx, sam, reserveInput("acme", p.ID, "s0", 1, reservationsT0, 3600)); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("without the relation = %v", err)
 	}
 	if _, err := e.admin.AddRelation(ctx, iam.Relation{TenantID: "acme", SubjectID: e.identityOf(e.stranger), Relation: "user",
@@ -176,7 +176,7 @@ func TestReservationsShippedH100Policy(t *testing.T) {
 		{"s2", 8, 73 * 3600, false},
 		{"s3", 8, 72*3600 - 1, true},
 	} {
-		r, err := sam.ReservationsCreate(ctx, reserveInput("acme", p.ID, tc.key, tc.count, reservationsT0, tc.seconds))
+		r, err := reservations.Create.Call(ctx, sam, reserveInput("acme", p.ID, tc.key, tc.count, reservationsT0, tc.seconds))
 		id := core.DerivedID("rsv", "acme", e.identityOf(e.stranger), tc.key)
 		if tc.allowed {
 			if err != nil || r.State != "placed" || len(r.Allocations[0].Atoms) != 8 {
@@ -203,10 +203,10 @@ func TestReservationsQuotaOnAnOfferedPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := e.client(e.globex)
-	if r, err := g.ReservationsCreate(ctx, reserveInput("globex", p.ID, "g1", 2, reservationsT0, 3600)); err != nil || r.State != "placed" || r.TenantID != "globex" {
+	if r, err := reservations.Create.Call(ctx, g, reserveInput("globex", p.ID, "g1", 2, reservationsT0, 3600)); err != nil || r.State != "placed" || r.TenantID != "globex" {
 		t.Fatalf("within quota = %+v, %v", r, err)
 	}
-	_, err := g.ReservationsCreate(ctx, reserveInput("globex", p.ID, "g2", 2, reservationsT0.Add(30*time.Minute), 3600))
+	_, err := reservations.Create.Call(ctx, g, reserveInput("globex", p.ID, "g2", 2, reservationsT0.Add(30*time.Minute), 3600))
 	ce := core.AsError(err)
 	if ce.Code != core.CodeQuotaExceeded || fmt.Sprint(ce.Details["limit"]) != "3" {
 		t.Fatalf("over quota = %v %+v", err, ce.Details)
@@ -216,7 +216,7 @@ func TestReservationsQuotaOnAnOfferedPool(t *testing.T) {
 		t.Fatalf("globex bookings = %d, want 2", got)
 	}
 	// After the first window, the quota is free again.
-	if _, err := g.ReservationsCreate(ctx, reserveInput("globex", p.ID, "g3", 3, reservationsT0.Add(time.Hour), 3600)); err != nil {
+	if _, err := reservations.Create.Call(ctx, g, reserveInput("globex", p.ID, "g3", 3, reservationsT0.Add(time.Hour), 3600)); err != nil {
 		t.Fatalf("the next window = %v", err)
 	}
 }

@@ -9,10 +9,9 @@ import (
 
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/sites"
-	sitedomain "github.com/better-compute/better-compute/store/sites"
-
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	sitedomain "github.com/better-compute/better-compute/store/sites"
 )
 
 // site makes a site in tenant as token.

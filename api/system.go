@@ -55,20 +55,6 @@ func (s *Server) legacyHandlers() map[string]*rpc.Handler {
 		"commands.get":      {Run: s.commandsGet},
 		"commands.list":     {Run: s.commandsList},
 		"commands.cancel":   {Run: s.commandsCancel},
-
-		"pools.capacity":    {Run: s.poolsCapacity},
-		"capacity.summary":  {Run: s.capacitySummary},
-		"capacity.byPool":   {Run: s.capacityByPool},
-		"capacity.timeline": {Run: s.capacityTimeline},
-		"capacity.preview":  {Run: s.capacityPreview},
-
-		"reservations.create":  {Admission: s.reservationsAdmission()},
-		"reservations.get":     {Run: s.reservationsGet},
-		"reservations.list":    {List: s.reservationsList},
-		"reservations.release": {Run: s.reservationsRelease, After: s.afterRelease},
-		"reservations.cancel":  {Run: s.reservationsCancel, After: s.afterCancel},
-		"reservations.renew":   {Run: s.reservationsRenew, After: s.afterRenew},
-		"reservations.extend":  {Admission: s.reservationsExtendAdmission()},
 	}
 }
 

@@ -571,10 +571,6 @@ var (
 		"deploying", "deployed", "releasing", "rescue", "failed", "retiring", "retired"}
 )
 
-// reservationStates are core/reservations.States, which core cannot import.
-var reservationStates = []string{"draft", "denied", "awaiting-confirmation", "pending", "placed", "binding",
-	"active", "releasing", "released", "failed", "cancelled", "expired"}
-
 func optional(f Field) Field { f.Required = false; return f }
 
 func nullable(f Field) Field { f.Nullable = true; return f }
@@ -635,42 +631,6 @@ var explicitSchemas = map[string][]Field{
 	"commands.list": {TenantIDField(), nodeID, listLimit, {Name: "state", Type: FieldString,
 		Enum: []string{"queued", "delivered", "running", "succeeded", "failed", "skipped", "cancelled", "expired"}}},
 	"commands.cancel": {TenantIDField(), nodeID, IDField("commandId", "cmd", true)},
-
-	// Capacity. from and to are epoch milliseconds; the handler checks
-	// to > from and buckets in [1, 500]. capacity.preview's devices are
-	// {class, count, selector, topology} (core/placement checks them, its
-	// keys exactly), start epoch milliseconds (default now) and duration
-	// seconds in [1, one year], checked by the handler.
-	"pools.capacity":   {TenantIDField(), IDField("poolId", "pool", true)},
-	"capacity.summary": {TenantIDField()},
-	"capacity.byPool":  {TenantIDField(), IDField("poolId", "pool", true)},
-	"capacity.timeline": {TenantIDField(), IDField("poolId", "pool", true),
-		{Name: "from", Type: FieldInteger, Required: true}, {Name: "to", Type: FieldInteger, Required: true},
-		{Name: "buckets", Type: FieldInteger}},
-	"capacity.preview": {TenantIDField(), IDField("poolId", "pool", true),
-		{Name: "devices", Type: FieldObject, Required: true, MaxBytes: 4 << 10},
-		{Name: "start", Type: FieldInteger}, {Name: "duration", Type: FieldInteger, Required: true}},
-
-	// Reservations: devices, start and duration as capacity.preview's (the
-	// handler checks them the same way); binding defaults to hold (node is
-	// planned for v0.5); leaseSeconds at least 1, checked by the handler.
-	"reservations.create": {TenantIDField(), IdempotencyKeyField(), IDField("poolId", "pool", true),
-		{Name: "devices", Type: FieldObject, Required: true, MaxBytes: 4 << 10},
-		{Name: "start", Type: FieldInteger}, {Name: "duration", Type: FieldInteger, Required: true},
-		{Name: "binding", Type: FieldString, Enum: []string{"hold", "instance", "node"}},
-		{Name: "leaseSeconds", Type: FieldInteger}, IDField("projectId", "prj", false),
-		{Name: "spot", Type: FieldBoolean}},
-	"reservations.get": {TenantIDField(), IDField("reservationId", "rsv", true)},
-	"reservations.list": {TenantIDField(), {Name: "scope", Type: FieldString, Enum: []string{"mine", "all"}},
-		{Name: "state", Type: FieldString, Enum: reservationStates}, IDField("poolId", "pool", false),
-		IDField("projectId", "prj", false)},
-	"reservations.release": {TenantIDField(), IDField("reservationId", "rsv", true)},
-	"reservations.cancel":  {TenantIDField(), IDField("reservationId", "rsv", true)},
-	"reservations.renew":   {TenantIDField(), IDField("reservationId", "rsv", true)},
-	// extend's duration is the new total, in seconds from the start (so a
-	// retry asks for the same end), checked by the handler like create's.
-	"reservations.extend": {TenantIDField(), IDField("reservationId", "rsv", true),
-		{Name: "duration", Type: FieldInteger, Required: true}},
 
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},

@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
 	"github.com/better-compute/better-compute/internal/testutil"

@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
@@ -257,13 +257,13 @@ func TestDevStackOverHTTP(t *testing.T) {
 		}
 		ctx := context.Background()
 		acme := api.NewClient(base, token)
-		in := api.ReservationsCreateInput{TenantID: "acme", PoolID: s.Demo().PoolID, Duration: 3600, IdempotencyKey: "e2e-1",
+		in := reservations.CreateInput{TenantID: "acme", PoolID: s.Demo().PoolID, Duration: 3600, IdempotencyKey: "e2e-1",
 			Devices: placement.Request{Class: placement.ClassGPU, Count: 2}}
-		r, err := acme.ReservationsCreate(ctx, in)
+		r, err := reservations.Create.Call(ctx, acme, in)
 		if err != nil || r.State != "placed" || len(r.Allocations) != 1 {
 			t.Fatalf("reservations.create = %+v, %v", r, err)
 		}
-		if again, err := acme.ReservationsCreate(ctx, in); err != nil || again.ID != r.ID {
+		if again, err := reservations.Create.Call(ctx, acme, in); err != nil || again.ID != r.ID {
 			t.Fatalf("replay = %+v, %v", again, err)
 		}
 		desc, err := s.Client().DescribeWorkflowExecution(ctx, r.ID, "")
@@ -272,7 +272,7 @@ func TestDevStackOverHTTP(t *testing.T) {
 		}
 		// The workflow marks it active (start is now); wait, bounded.
 		testutil.EventuallyNil(t, time.Minute, func() error {
-			if r, err = acme.ReservationsGet(ctx, "acme", r.ID); err != nil {
+			if r, err = reservations.Get.Call(ctx, acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}); err != nil {
 				t.Fatal(err)
 			}
 			if r.State != "active" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/usage"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
@@ -57,9 +57,9 @@ func newLifecycle(t *testing.T) *lifecycle {
 	return &lifecycle{stack: s, acme: api.NewClient(s.APIURL(), token), pool: s.Demo().PoolID, db: db}
 }
 
-func (l *lifecycle) reserve(t *testing.T, key string, count int, start *int64, duration int64, lease *int64) api.Reservation {
+func (l *lifecycle) reserve(t *testing.T, key string, count int, start *int64, duration int64, lease *int64) reservations.Reservation {
 	t.Helper()
-	r, err := l.acme.ReservationsCreate(context.Background(), api.ReservationsCreateInput{TenantID: "acme", PoolID: l.pool,
+	r, err := reservations.Create.Call(context.Background(), l.acme, reservations.CreateInput{TenantID: "acme", PoolID: l.pool,
 		Devices: placement.Request{Class: placement.ClassGPU, Count: count}, Start: start, Duration: duration,
 		LeaseSeconds: lease, IdempotencyKey: key})
 	if err != nil || r.State != "placed" {
@@ -69,12 +69,12 @@ func (l *lifecycle) reserve(t *testing.T, key string, count int, start *int64, d
 }
 
 // waitState polls reservations.get until the reservation is in state.
-func (l *lifecycle) waitState(t *testing.T, id, state string) api.Reservation {
+func (l *lifecycle) waitState(t *testing.T, id, state string) reservations.Reservation {
 	t.Helper()
-	var r api.Reservation
+	var r reservations.Reservation
 	testutil.EventuallyNil(t, lifecycleDeadline, func() error {
 		var err error
-		r, err = l.acme.ReservationsGet(context.Background(), "acme", id)
+		r, err = reservations.Get.Call(context.Background(), l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: id})
 		if err != nil {
 			t.Fatalf("reservations.get %s: %v", id, err)
 		}
@@ -135,7 +135,7 @@ func errCode(err error) core.Code {
 func TestReservationLifecycle(t *testing.T) {
 	l := newLifecycle(t)
 	ctx := context.Background()
-	var kept api.Reservation // an active reservation the cross-tenant subtest calls on
+	var kept reservations.Reservation // an active reservation the cross-tenant subtest calls on
 
 	t.Run("active lease: renew, extend, release", func(t *testing.T) {
 		created := time.Now()
@@ -147,23 +147,12 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 		first := *r.LeaseExpiresAt
 
-		// The activate activity marks the row active a moment before the
-		// workflow, whose update validators read its own state, learns it
-		// did; until then the workflow refuses a renew as INVALID_STATE.
-		var renewed api.Reservation
-		var err error
-		testutil.EventuallyNil(t, lifecycleDeadline, func() error {
-			renewed, err = l.acme.ReservationsRenew(ctx, "acme", r.ID)
-			if errCode(err) == core.CodeInvalidState && strings.Contains(err.Error(), "is placed, not active") {
-				return err
-			}
-			return nil
-		})
+		renewed, err := reservations.Renew.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
 		if err != nil || renewed.LeaseExpiresAt == nil || *renewed.LeaseExpiresAt < first {
 			t.Fatalf("reservations.renew = %+v, %v; want leaseExpiresAt >= %d", renewed, err, first)
 		}
 
-		extended, err := l.acme.ReservationsExtend(ctx, "acme", r.ID, 7200)
+		extended, err := reservations.Extend.Call(ctx, l.acme, reservations.ExtendInput{TenantID: "acme", ReservationID: r.ID, Duration: 7200})
 		if err != nil || extended.End != r.Start+7200*1000 || extended.State != "active" {
 			t.Fatalf("reservations.extend = %+v, %v; want end %d", extended, err, r.Start+7200*1000)
 		}
@@ -175,7 +164,7 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Fatalf("updates accepted before release = %v, want [renew extend]", got)
 		}
 
-		released, err := l.acme.ReservationsRelease(ctx, "acme", r.ID)
+		released, err := reservations.Release.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
 		if err != nil || released.State != "released" {
 			t.Fatalf("reservations.release = %+v, %v", released, err)
 		}
@@ -246,7 +235,7 @@ func TestReservationLifecycle(t *testing.T) {
 	t.Run("cancel before the start", func(t *testing.T) {
 		start := time.Now().Add(time.Hour).UnixMilli()
 		r := l.reserve(t, "life-cancel", 1, &start, 3600, nil)
-		cancelled, err := l.acme.ReservationsCancel(ctx, "acme", r.ID)
+		cancelled, err := reservations.Cancel.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
 		if err != nil || cancelled.State != "cancelled" {
 			t.Fatalf("reservations.cancel = %+v, %v", cancelled, err)
 		}
@@ -257,7 +246,7 @@ func TestReservationLifecycle(t *testing.T) {
 			WHERE a.reservation_id = $1`, r.ID); n != 0 {
 			t.Fatalf("the cancelled reservation keeps %d bookings", n)
 		}
-		if _, err := l.acme.ReservationsRelease(ctx, "acme", r.ID); errCode(err) != core.CodeInvalidState {
+		if _, err := reservations.Release.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}); errCode(err) != core.CodeInvalidState {
 			t.Fatalf("release of a cancelled reservation = %v, want INVALID_STATE", err)
 		}
 	})
@@ -338,13 +327,13 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Skip("no active reservation from the earlier subtest")
 		}
 		globex := api.NewClient(l.stack.APIURL(), newGlobexToken(t, l.stack))
-		if _, err := globex.ReservationsRelease(ctx, "globex", kept.ID); errCode(err) != core.CodeNotFound {
+		if _, err := reservations.Release.Call(ctx, globex, reservations.ReservationInput{TenantID: "globex", ReservationID: kept.ID}); errCode(err) != core.CodeNotFound {
 			t.Fatalf("globex releases in its own tenant = %v, want NOT_FOUND", err)
 		}
-		if _, err := globex.ReservationsRelease(ctx, "acme", kept.ID); errCode(err) != core.CodeAccessDenied {
+		if _, err := reservations.Release.Call(ctx, globex, reservations.ReservationInput{TenantID: "acme", ReservationID: kept.ID}); errCode(err) != core.CodeAccessDenied {
 			t.Fatalf("globex releases in acme = %v, want ACCESS_DENIED", err)
 		}
-		if r, err := l.acme.ReservationsGet(ctx, "acme", kept.ID); err != nil || r.State != "active" {
+		if r, err := reservations.Get.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: kept.ID}); err != nil || r.State != "active" {
 			t.Fatalf("acme's reservation after globex's attempts = %+v, %v", r, err)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
@@ -74,7 +75,7 @@ func TestWorkerKilledMidActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	acme := api.NewClient(s.APIURL(), token)
-	r, err := acme.ReservationsCreate(ctx, api.ReservationsCreateInput{TenantID: "acme", PoolID: s.Demo().PoolID,
+	r, err := reservations.Create.Call(ctx, acme, reservations.CreateInput{TenantID: "acme", PoolID: s.Demo().PoolID,
 		Devices: placement.Request{Class: "gpu", Count: 2}, Duration: 3600, IdempotencyKey: "crash-1"})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestWorkerKilledMidActivity(t *testing.T) {
 	}
 	released := make(chan error, 1)
 	go func() {
-		got, err := acme.ReservationsRelease(ctx, "acme", r.ID)
+		got, err := reservations.Release.Call(ctx, acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
 		if err == nil && got.State != "released" {
 			err = &stateErr{got.State}
 		}
@@ -176,7 +177,7 @@ func waitState(ctx context.Context, t *testing.T, c *api.Client, id, want string
 	t.Helper()
 	var state string
 	reached := testutil.Until(ctx, func() bool {
-		r, err := c.ReservationsGet(ctx, "acme", id)
+		r, err := reservations.Get.Call(ctx, c, reservations.ReservationInput{TenantID: "acme", ReservationID: id})
 		if err != nil {
 			t.Fatal(err)
 		}

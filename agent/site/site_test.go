@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	sitedomain "github.com/better-compute/better-compute/store/sites"
-
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/agent/site"
@@ -21,6 +19,7 @@ import (
 	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
+	sitedomain "github.com/better-compute/better-compute/store/sites"
 	"github.com/better-compute/better-compute/workers"
 	"github.com/better-compute/better-compute/workflows/sites"
 )

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/invopop/jsonschema"
@@ -145,7 +146,7 @@ type Quota map[string]int64
 func (Quota) JSONSchemaExtend(s *jsonschema.Schema) {
 	if s.AdditionalProperties != nil {
 		s.AdditionalProperties.Minimum = json.Number("0")
-		s.AdditionalProperties.Maximum = json.Number("1099511627776")
+		s.AdditionalProperties.Maximum = json.Number(strconv.FormatInt(MaxQuota, 10))
 	}
 }
 

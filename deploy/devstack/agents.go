@@ -11,9 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/better-compute/better-compute/api/sites"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/sites"
 )
 
 // The dev stack's node agents: real `bcd node` processes with simulated

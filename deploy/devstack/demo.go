@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/sites"
-
-	"github.com/better-compute/better-compute/api/pools"
-
-	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 )

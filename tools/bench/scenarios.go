@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 )
@@ -104,7 +104,7 @@ func runScenario(ctx context.Context, t *target, cfg config, name string, progre
 	switch name {
 	case "create":
 		run = drive(ctx, cfg.clients, cfg.duration, cfg.requests, func(ctx context.Context, _ int) error {
-			r, err := t.user.ReservationsCreate(ctx, t.createInput(1))
+			r, err := reservations.Create.Call(ctx, t.user, t.createInput(1))
 			if err == nil {
 				t.remember(r.ID)
 			}
@@ -117,7 +117,7 @@ func runScenario(ctx context.Context, t *target, cfg config, name string, progre
 		}
 		ids := t.reservations()
 		run = drive(ctx, cfg.clients, cfg.duration, cfg.requests, func(ctx context.Context, _ int) error {
-			_, err := t.user.ReservationsGet(ctx, t.tenant, ids[rand.IntN(len(ids))])
+			_, err := reservations.Get.Call(ctx, t.user, reservations.ReservationInput{TenantID: t.tenant, ReservationID: ids[rand.IntN(len(ids))]})
 			return err
 		}, nil)
 
@@ -166,7 +166,7 @@ func ensureReservations(ctx context.Context, t *target, n, clients int, progress
 	var mu sync.Mutex
 	var first error
 	run := drive(ctx, clients, 0, missing, func(ctx context.Context, _ int) error {
-		r, err := t.user.ReservationsCreate(ctx, t.createInput(1))
+		r, err := reservations.Create.Call(ctx, t.user, t.createInput(1))
 		if err != nil {
 			mu.Lock()
 			first = cmpOr(first, err)
@@ -207,7 +207,7 @@ func contention(ctx context.Context, t *target, cfg config, progress func(string
 	var ready sync.WaitGroup
 	ready.Add(cfg.contentionCalls)
 	call := func(ctx context.Context, i int) error {
-		in := api.ReservationsCreateInput{TenantID: t.tenant, PoolID: poolID, Start: &start, Duration: 3600,
+		in := reservations.CreateInput{TenantID: t.tenant, PoolID: poolID, Start: &start, Duration: 3600,
 			Devices:        placement.Request{Class: placement.ClassGPU, Count: 1},
 			IdempotencyKey: fmt.Sprintf("bench-%s-contention-%d", t.runID, i)}
 		ready.Done()
@@ -216,7 +216,7 @@ func contention(ctx context.Context, t *target, cfg config, progress func(string
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		_, err := t.user.ReservationsCreate(ctx, in)
+		_, err := reservations.Create.Call(ctx, t.user, in)
 		switch {
 		case err == nil:
 			placed.Add(1)

@@ -15,9 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/better-compute/better-compute/api/pools"
-
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/core/nodes"
@@ -57,10 +58,10 @@ const windowSeconds = 600
 // run), and perWindow reservations share a window: placement then works on
 // partly booked nodes, while the pool never runs out (the next window is
 // empty).
-func (t *target) createInput(gpus int) api.ReservationsCreateInput {
+func (t *target) createInput(gpus int) reservations.CreateInput {
 	i := t.seq.Add(1) - 1
 	start := t.base + (i/int64(t.perWindow))*windowSeconds*1000
-	return api.ReservationsCreateInput{
+	return reservations.CreateInput{
 		TenantID: t.tenant, PoolID: t.pool, Start: &start, Duration: windowSeconds,
 		Devices:        placement.Request{Class: placement.ClassGPU, Count: gpus},
 		IdempotencyKey: fmt.Sprintf("bench-%s-%d", t.runID, i),
@@ -284,7 +285,7 @@ func contentionPool(ctx context.Context, admin, user *api.Client, st *store.Stor
 	start := time.Now().Add(48 * time.Hour).Truncate(time.Hour).UnixMilli()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		pv, err := user.CapacityPreview(ctx, api.CapacityPreviewInput{TenantID: tenant, PoolID: p.ID,
+		pv, err := capacity.Preview.Call(ctx, user, capacity.PreviewInput{TenantID: tenant, PoolID: p.ID,
 			Devices: placement.Request{Class: placement.ClassGPU, Count: 8}, Start: &start, Duration: 3600})
 		if err == nil && pv.Fits {
 			return p.ID, start, nil

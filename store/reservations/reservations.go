@@ -1,0 +1,524 @@
+// Package reservations is the reservations domain as the API drives it:
+// the rows, the draft an admission decides on, the booking of a placed
+// request (with the preemption of spot reservations), the limits a
+// tenant books within, and the lifecycle checks of release, cancel, renew
+// and extend.
+//
+// A reservation's state changes only through store.SetReservationState,
+// which checks the edge with core/reservations.Transition and publishes
+// the change as an event in the same transaction. It stays in store, with
+// the bookings' cut and the preemption, because the reservation and node
+// workflows' activities make the same writes.
+package reservations
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/core/placement"
+	states "github.com/better-compute/better-compute/core/reservations"
+	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/capacity"
+	"github.com/better-compute/better-compute/store/pools"
+)
+
+// ResourceType is the catalog type a reservation is decided on.
+const ResourceType = "reservation"
+
+// Reservation is a reservation as the API answers it.
+type Reservation struct {
+	ID              string            `json:"id"`
+	TenantID        string            `json:"tenantId"`
+	OwnerIdentityID string            `json:"ownerIdentityId"`
+	PoolID          string            `json:"poolId"`
+	ProjectID       string            `json:"projectId,omitempty"`
+	State           string            `json:"state"`
+	Devices         placement.Request `json:"devices"`
+	Start           int64             `json:"start"` // epoch ms
+	End             int64             `json:"end"`   // epoch ms, exclusive
+	Binding         string            `json:"binding"`
+	LeaseSeconds    *int64            `json:"leaseSeconds,omitempty"`
+	// LeaseExpiresAt is when the allocation lease lapses unless renewed
+	// (epoch ms), as of the activation or the last renewal.
+	LeaseExpiresAt *int64          `json:"leaseExpiresAt,omitempty"`
+	Spot           bool            `json:"spot"`
+	Failure        json.RawMessage `json:"failure,omitempty"`
+	Allocations    []Allocation    `json:"allocations"`
+	CreatedAt      int64           `json:"createdAt"`
+	UpdatedAt      int64           `json:"updatedAt"`
+}
+
+// Allocation is one node's share of a reservation.
+type Allocation struct {
+	ID     string   `json:"id"`
+	NodeID string   `json:"nodeId"`
+	Atoms  []string `json:"atoms"`
+}
+
+// Types are the catalog's full names of the types a reservation's
+// authorization row names: its own and its parent pool's.
+type Types struct {
+	Reservation, Pool string
+}
+
+// maxPlaceAttempts bounds the placements of one request that concurrent
+// bookings refuse: each refusal means another booking committed.
+const maxPlaceAttempts = 16
+
+// gpuClasses are the classes whose count is the draft's gpuCount.
+var gpuClasses = map[string]bool{placement.ClassGPU: true, placement.ClassMIG: true, placement.ClassSlot: true}
+
+// columns are what scan reads, from reservations r.
+const columns = `r.id, r.tenant_id, r.owner_identity_id, r.pool_id, r.project_id, r.state, r.devices,
+	(extract(epoch FROM r.starts_at) * 1000)::bigint, (extract(epoch FROM r.ends_at) * 1000)::bigint,
+	r.binding, r.lease_seconds, (extract(epoch FROM r.lease_expires_at) * 1000)::bigint, r.spot, r.failure,
+	(extract(epoch FROM r.created_at) * 1000)::bigint, (extract(epoch FROM r.updated_at) * 1000)::bigint`
+
+func scan(row pgx.Row) (Reservation, error) {
+	var r Reservation
+	var failure []byte
+	err := row.Scan(&r.ID, &r.TenantID, &r.OwnerIdentityID, &r.PoolID, &r.ProjectID, &r.State, &r.Devices, &r.Start, &r.End,
+		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.CreatedAt, &r.UpdatedAt)
+	if failure != nil {
+		r.Failure = failure
+	}
+	r.Allocations = []Allocation{}
+	return r, err
+}
+
+// Load reads one of the tenant's reservations with its allocations
+// (NOT_FOUND for another tenant's); lock locks the row.
+func Load(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Reservation, error) {
+	q := `SELECT ` + columns + ` FROM reservations r WHERE r.id = $1 AND r.tenant_id = $2`
+	if lock {
+		q += ` FOR UPDATE`
+	}
+	r, err := scan(tx.QueryRow(ctx, q, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, core.Errorf(core.CodeNotFound, "reservation %s not found", id)
+	}
+	if err != nil {
+		return r, err
+	}
+	list := []Reservation{r}
+	err = withAllocations(ctx, tx, list)
+	return list[0], err
+}
+
+// withAllocations fills in the reservations' allocations with one query.
+func withAllocations(ctx context.Context, tx store.Tx, list []Reservation) error {
+	ids := make([]string, len(list))
+	at := make(map[string]int, len(list))
+	for i, r := range list {
+		ids[i], at[r.ID] = r.ID, i
+	}
+	rows, err := tx.Query(ctx, `SELECT reservation_id, id, node_id, atoms FROM allocations
+		WHERE reservation_id = ANY($1) ORDER BY reservation_id, node_id, id`, ids)
+	if err != nil {
+		return err
+	}
+	var rid string
+	var a Allocation
+	_, err = pgx.ForEachRow(rows, []any{&rid, &a.ID, &a.NodeID, &a.Atoms}, func() error {
+		r := &list[at[rid]]
+		r.Allocations = append(r.Allocations, Allocation{ID: a.ID, NodeID: a.NodeID, Atoms: slices.Clone(a.Atoms)})
+		return nil
+	})
+	return err
+}
+
+// Filter narrows a list: the owner's only (scope mine), one state, pool or
+// project; "" keeps every value.
+type Filter struct {
+	Owner, State, PoolID, ProjectID string
+}
+
+// List reads the tenant's decided reservations (drafts are not listed) of
+// which the projection holds a row (typ is the reservation type's full
+// name), newest first, at most limit.
+func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, limit int) ([]Reservation, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM reservations r
+		WHERE r.tenant_id = $1 AND r.state <> 'draft'
+			AND ($2 = '' OR r.owner_identity_id = $2) AND ($3 = '' OR r.state = $3)
+			AND ($4 = '' OR r.pool_id = $4) AND ($5 = '' OR r.project_id = $5)
+			AND `+store.VisibleIn("r.id", "$1", "$6", false)+`
+		ORDER BY r.created_at DESC, r.id DESC LIMIT $7`,
+		tenantID, f.Owner, f.State, f.PoolID, f.ProjectID, typ, limit)
+	if err != nil {
+		return nil, err
+	}
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Reservation, error) { return scan(row) })
+	if err != nil {
+		return nil, err
+	}
+	return items, withAllocations(ctx, tx, items)
+}
+
+// authzRow is a reservation's authorization row: parent its pool, owner
+// its creator, and the attributes policies decide on, durationHours
+// rounded up from durationSeconds.
+func authzRow(types Types, tenantID, id, ownerID string, pool pools.Pool, req placement.Request,
+	durationSeconds int64, binding, projectID string, spot bool) store.AuthzResource {
+	attrs := map[string]any{"region": pool.Region, "gpuModel": pool.GPUModel,
+		"durationHours": (durationSeconds + 3599) / 3600, "binding": binding, "spot": spot}
+	if gpuClasses[req.Class] {
+		attrs["gpuCount"] = req.Count
+	}
+	if projectID != "" {
+		attrs["projectId"] = projectID
+	}
+	return store.AuthzResource{Type: types.Reservation, ID: id, TenantID: tenantID,
+		OwnerID: ownerID, ParentType: types.Pool, ParentID: pool.ID, Attributes: attrs}
+}
+
+// Request is what reservations.create asks for. Start nil is now;
+// Duration is in seconds.
+type Request struct {
+	PoolID       string
+	Devices      placement.Request
+	Start        *int64
+	Duration     int64
+	Binding      string
+	LeaseSeconds *int64
+	ProjectID    string
+	Spot         bool
+}
+
+// Draft writes the draft reservation draftID (state draft) and its
+// authorization row, which the decision is made on: the pool must resolve
+// in the tenant's view (own or offered; NOT_FOUND otherwise) and be live,
+// the project be the tenant's live one. Binding defaults to hold; node is
+// planned.
+func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, ownerID string, in Request) (store.AuthzResource, error) {
+	req, verr := placement.Normalize(in.Devices, "devices.")
+	if verr != nil {
+		return store.AuthzResource{}, verr
+	}
+	if in.Binding == "" {
+		in.Binding = "hold"
+	}
+	if in.Binding == "node" {
+		return store.AuthzResource{}, core.Errorf(core.CodeUnsupported, "binding node is planned for v0.5").
+			WithDetails(map[string]any{"field": "binding", "reason": "planned", "phase": "v0.5"})
+	}
+	pool, err := pools.View(ctx, tx, tenantID, in.PoolID)
+	if err != nil {
+		return store.AuthzResource{}, err
+	}
+	if pool.ArchivedAt != nil {
+		return store.AuthzResource{}, core.Errorf(core.CodeInvalidState, "pool %s is archived", pool.ID).
+			WithDetails(map[string]any{"reason": "archived"})
+	}
+	if in.ProjectID != "" {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM projects WHERE id = $1 AND tenant_id = $2 AND archived_at IS NULL`, in.ProjectID, tenantID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.AuthzResource{}, core.Errorf(core.CodeNotFound, "project %s not found", in.ProjectID)
+		} else if err != nil {
+			return store.AuthzResource{}, err
+		}
+	}
+	start, err := capacity.Start(ctx, tx, in.Start)
+	if err != nil {
+		return store.AuthzResource{}, err
+	}
+	end := start + in.Duration*1000
+	devices, err := json.Marshal(req)
+	if err != nil {
+		return store.AuthzResource{}, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO reservations (id, tenant_id, owner_identity_id, pool_id, project_id, state, devices,
+			starts_at, ends_at, binding, lease_seconds, spot)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, timestamptz 'epoch' + $8::bigint * interval '1 millisecond',
+			timestamptz 'epoch' + $9::bigint * interval '1 millisecond', $10, $11, $12)`,
+		draftID, tenantID, ownerID, pool.ID, in.ProjectID, string(states.Draft), devices,
+		start, end, in.Binding, in.LeaseSeconds, in.Spot); err != nil {
+		return store.AuthzResource{}, err
+	}
+	row := authzRow(types, tenantID, draftID, ownerID, pool, req, in.Duration, in.Binding, in.ProjectID, in.Spot)
+	return row, store.PutAuthzResource(ctx, tx, row)
+}
+
+// Deny records a denial on the draft: draft -> denied.
+func Deny(ctx context.Context, tx store.Tx, tenantID, id string) error {
+	r, err := Load(ctx, tx, tenantID, id, true)
+	if err != nil {
+		return err
+	}
+	if r.State != string(states.Draft) {
+		return nil
+	}
+	return store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.Draft, states.Denied, nil)
+}
+
+// Place books the admitted draft: draft -> pending; the tenant's limits
+// are checked (checkLimits) under a per-(tenant, pool) lock held to the
+// commit; the pool's free atoms over [start, end) are read as
+// capacity.preview reads them and core/placement places the request; one
+// allocation per node and one device_bookings row per atom are inserted
+// under a SAVEPOINT. A concurrent booking that won (23P01, or a deadlock
+// 40P01) rolls back to the savepoint, and the atoms are read and placed
+// again (after maxPlaceAttempts, UNAVAILABLE: retry with the same key).
+// On success pending -> placed. A request that only fits on atoms held
+// by spot reservations (and is not spot itself) preempts them.
+//
+// When nothing fits the answer is INVALID_STATE with details.reason
+// "noCapacity" and the placement reasons in details.reasons (the spec's
+// codes have no capacity code: QUOTA_EXCEEDED is the tenant's quota,
+// UNAVAILABLE a transient failure). A replay of a refused reservation
+// answers the refusal it recorded (Fail).
+func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, error) {
+	r, err := Load(ctx, tx, tenantID, id, true)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if r.State == string(states.Failed) && r.Failure != nil {
+		return Reservation{}, FailureError(r)
+	}
+	if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.State(r.State), states.Pending, nil); err != nil {
+		return Reservation{}, err
+	}
+	pool, err := pools.View(ctx, tx, tenantID, r.PoolID)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if err := checkLimits(ctx, tx, tenantID, pool, r, r.Start, r.End, true); err != nil {
+		return Reservation{}, err
+	}
+	req := r.Devices
+	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
+		nodes, err := capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false)
+		if err != nil {
+			return Reservation{}, err
+		}
+		plan, reasons := placement.Place(req, nodes)
+		var victims []spotVictim
+		if len(reasons) > 0 && !r.Spot {
+			// Atoms held only by spot reservations are this request's
+			// for the taking.
+			if nodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, true); err != nil {
+				return Reservation{}, err
+			}
+			if p, rs := placement.Place(req, nodes); len(rs) == 0 {
+				if victims, err = spotVictims(ctx, tx, p, r.Start, r.End); err != nil {
+					return Reservation{}, err
+				}
+				plan, reasons = p, nil
+			}
+		}
+		if len(reasons) > 0 {
+			return Reservation{}, core.Errorf(core.CodeInvalidState, "the request does not fit in pool %s over the window", pool.ID).
+				WithDetails(map[string]any{"reason": "noCapacity", "reasons": reasons, "reservationId": r.ID})
+		}
+		sp, err := tx.Begin(ctx) // a SAVEPOINT
+		if err != nil {
+			return Reservation{}, err
+		}
+		err = preempt(ctx, sp, victims, r)
+		if err == nil {
+			err = book(ctx, sp, r, plan)
+		}
+		if err != nil {
+			if rerr := sp.Rollback(ctx); rerr != nil {
+				return Reservation{}, rerr
+			}
+			if st := pgState(err); st == "23P01" || st == "40P01" {
+				continue // a concurrent booking won: read and place again
+			}
+			return Reservation{}, err
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return Reservation{}, err
+		}
+		if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.Pending, states.Placed, nil); err != nil {
+			return Reservation{}, err
+		}
+		return Load(ctx, tx, tenantID, r.ID, false)
+	}
+	return Reservation{}, core.Errorf(core.CodeUnavailable, "concurrent bookings kept taking the atoms; retry with the same idempotencyKey").
+		WithDetails(map[string]any{"reason": "contention", "reservationId": r.ID})
+}
+
+// FailureError is the error a failed reservation was refused with.
+func FailureError(r Reservation) error {
+	var f struct {
+		Code    core.Code      `json:"code"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details"`
+	}
+	_ = json.Unmarshal(r.Failure, &f)
+	if f.Code == "" {
+		f.Code = core.CodeInvalidState
+	}
+	return core.Errorf(f.Code, "reservation %s Failed: %s", r.ID, f.Message).WithDetails(f.Details)
+}
+
+// Fail records a final refusal of Place (no capacity, over quota): draft
+// or pending -> failed, with the error a replay of the key answers. It
+// runs in a transaction of its own, since Place's rolled back with the
+// error. Any other cause is not final (a retry may still place it) and
+// changes nothing.
+func Fail(ctx context.Context, tx store.Tx, tenantID, id string, cause error) error {
+	ce := core.AsError(cause)
+	if ce.Code != core.CodeQuotaExceeded && !(ce.Code == core.CodeInvalidState && ce.Details["reason"] == "noCapacity") {
+		return nil
+	}
+	failure, err := json.Marshal(map[string]any{"code": ce.Code, "message": ce.Message, "details": ce.Details})
+	if err != nil {
+		return err
+	}
+	r, err := Load(ctx, tx, tenantID, id, true)
+	if err != nil {
+		return err
+	}
+	from := states.State(r.State)
+	if from == states.Draft {
+		if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, from, states.Pending, nil); err != nil {
+			return err
+		}
+		from = states.Pending
+	}
+	if from != states.Pending {
+		return nil // placed by a retry meanwhile, or already failed
+	}
+	return store.SetReservationState(ctx, tx, r.TenantID, r.ID, from, states.Failed, failure)
+}
+
+// spotVictim is a spot reservation a placement preempts.
+type spotVictim struct{ tenantID, id string }
+
+// spotVictims are the spot reservations holding the plan's atoms (or a
+// whole-node device of their nodes) over [start, end), by id so that
+// concurrent preemptions lock them in one order.
+func spotVictims(ctx context.Context, tx store.Tx, plan placement.Plan, start, end int64) ([]spotVictim, error) {
+	var nodeIDs, atoms []string
+	for _, a := range plan.Allocations {
+		for _, atom := range a.Atoms {
+			nodeIDs, atoms = append(nodeIDs, a.NodeID), append(atoms, atom)
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT rs.tenant_id, rs.id FROM device_bookings b
+		JOIN devices d ON d.node_id = b.device_node_id AND d.device_id = b.device_id
+		JOIN allocations a ON a.id = b.allocation_id JOIN reservations rs ON rs.id = a.reservation_id
+		WHERE rs.spot AND b.during && tstzrange(timestamptz 'epoch' + $3::bigint * interval '1 millisecond',
+				timestamptz 'epoch' + $4::bigint * interval '1 millisecond')
+			AND ((b.device_node_id, b.device_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+				OR (d.class = 'node' AND b.device_node_id = ANY($1)))
+		ORDER BY rs.id`, nodeIDs, atoms, start, end)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (spotVictim, error) {
+		var v spotVictim
+		return v, row.Scan(&v.tenantID, &v.id)
+	})
+}
+
+// preempt ends the spot victims of reservation r, their atoms freed from
+// r's start (or now, if that is later: what has run stays booked).
+func preempt(ctx context.Context, tx store.Tx, victims []spotVictim, r Reservation) error {
+	at := time.UnixMilli(r.Start)
+	if now := time.Now(); now.Before(at) {
+		at = now
+	}
+	for _, v := range victims {
+		if err := store.PreemptReservation(ctx, tx, v.tenantID, v.id, r.ID, at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// book inserts the plan's allocations and their bookings. Allocations come
+// sorted by node and atoms by id, so concurrent bookers take the atoms'
+// locks in one order.
+func book(ctx context.Context, tx store.Tx, r Reservation, plan placement.Plan) error {
+	for _, a := range plan.Allocations {
+		id := core.NewID("alloc")
+		if _, err := tx.Exec(ctx, `INSERT INTO allocations (id, tenant_id, reservation_id, node_id, atoms) VALUES ($1, $2, $3, $4, $5)`,
+			id, r.TenantID, r.ID, a.NodeID, a.Atoms); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind)
+			SELECT $1, atom, $3, $4, $5, tstzrange(timestamptz 'epoch' + $6::bigint * interval '1 millisecond',
+				timestamptz 'epoch' + $7::bigint * interval '1 millisecond'), $8
+			FROM unnest($2::text[]) WITH ORDINALITY AS u(atom, n) ORDER BY n`,
+			a.NodeID, a.Atoms, id, r.TenantID, r.PoolID, r.Start, r.End, r.Binding); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pgState(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code
+	}
+	return ""
+}
+
+// checkLimits checks a request for r's atoms over [from, to) (a new
+// reservation's window, or an extension's added time), before it is
+// booked, against the tenant's limits on the pool, under one lock per
+// (tenant, pool) held to the commit, so two requests cannot share the same
+// headroom (QUOTA_EXCEEDED with the limit either way). Checking before
+// placement also keeps one tenant's concurrent requests from all placing
+// onto the same free atoms and re-placing after each other's commits.
+//
+//   - on a pool offered to the tenant, the atoms of r's class the tenant
+//     has booked in the pool over [from, to), plus r's, stay within the
+//     offer's quota;
+//   - with newReservation starting in the future and the pool's
+//     policy.maxPending, the tenant's other reservations in the pool that
+//     have not begun yet stay below it, so no tenant hoards the pool's
+//     future (a reservation starting now is never held back by it).
+func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pools.Pool, r Reservation, from, to int64, newReservation bool) error {
+	offered := pool.TenantID != tenantID && pool.Offer != nil
+	maxPending := pool.Policy.MaxPending
+	if !newReservation {
+		maxPending = nil
+	}
+	if !offered && maxPending == nil {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "quota:"+tenantID+":"+pool.ID); err != nil {
+		return err
+	}
+	if offered {
+		req := r.Devices
+		limit := pool.Offer.Quota[req.Class]
+		inUse, err := capacity.BookedInPool(ctx, tx, tenantID, pool.ID, req.Class, from, to)
+		if err != nil {
+			return err
+		}
+		if inUse+int64(req.Count) > limit {
+			return core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",
+				inUse, req.Class, req.Count, limit).
+				WithDetails(map[string]any{"resource": req.Class, "limit": limit, "inUse": inUse, "requested": req.Count, "reservationId": r.ID})
+		}
+	}
+	if maxPending != nil {
+		var pending int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM reservations
+			WHERE tenant_id = $1 AND pool_id = $2 AND id <> $3 AND starts_at > now()
+				AND state IN ('awaiting-confirmation', 'pending', 'placed', 'binding')
+				AND timestamptz 'epoch' + $4::bigint * interval '1 millisecond' > now()`,
+			tenantID, pool.ID, r.ID, r.Start).Scan(&pending); err != nil {
+			return err
+		}
+		if pending >= *maxPending {
+			return core.Errorf(core.CodeQuotaExceeded, "%d reservations in pool %s have not begun yet; the pool allows %d",
+				pending, pool.ID, *maxPending).
+				WithDetails(map[string]any{"resource": "pendingReservations", "limit": *maxPending, "inUse": pending, "reservationId": r.ID})
+		}
+	}
+	return nil
+}
