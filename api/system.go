@@ -25,39 +25,6 @@ func (s *Server) systemMethods() []rpc.Descriptor {
 	}
 }
 
-// legacyHandlers are the methods not yet described by a domain's descriptors.
-func (s *Server) legacyHandlers() map[string]*rpc.Handler {
-	return map[string]*rpc.Handler{
-		// The nodes' SSH certificates stay planned.
-		"nodes.list":        {List: s.nodesList},
-		"nodes.get":         {Run: s.nodesGet},
-		"nodes.events":      {Run: s.nodesEvents},
-		"nodes.cordon":      {Run: s.nodesCordon},
-		"nodes.drain":       {Run: s.nodesDrain, After: s.afterDrain},
-		"nodes.adopt":       {Run: s.nodesAdopt},
-		"nodes.uncordon":    {Run: s.nodesUncordon},
-		"nodes.label":       {Run: s.nodesLabel},
-		"nodes.taint":       {Run: s.nodesTaint},
-		"nodes.delete":      {Run: s.nodesDelete},
-		"joinTokens.create": {Run: s.joinTokensCreate},
-		"joinTokens.list":   {Run: s.joinTokensList},
-		"joinTokens.revoke": {Run: s.joinTokensRevoke},
-
-		"joinRequests.list":    {Run: s.joinRequestsList},
-		"joinRequests.approve": {Run: s.joinRequestsApprove},
-		"joinRequests.reject":  {Run: s.joinRequestsReject},
-		"nodes.revokeIdentity": {Run: s.nodesRevokeIdentity},
-
-		"inventory.get":     {Run: s.inventoryGet},
-		"inventory.history": {Run: s.inventoryHistory},
-		"inventory.diff":    {Run: s.inventoryDiff},
-		"commands.run":      {Run: s.commandsRun},
-		"commands.get":      {Run: s.commandsGet},
-		"commands.list":     {Run: s.commandsList},
-		"commands.cancel":   {Run: s.commandsCancel},
-	}
-}
-
 // VersionOutput is system.version's answer.
 type VersionOutput struct {
 	buildinfo.Info

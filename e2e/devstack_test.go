@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/better-compute/better-compute/api/nodes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -232,7 +233,7 @@ func TestDevStackOverHTTP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes, err := api.NewClient(base, token).NodesList(context.Background(), api.NodesListInput{TenantID: "root", PoolID: s.Demo().PoolID})
+		nodes, err := nodes.List.Call(context.Background(), api.NewClient(base, token), nodes.ListInput{TenantID: "root", PoolID: s.Demo().PoolID})
 		if err != nil || len(nodes.Items) != 2 {
 			t.Fatalf("demo nodes = %+v, %v; want 2", nodes.Items, err)
 		}
