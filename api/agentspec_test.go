@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/better-compute/better-compute/api/nodes"
-	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,10 +14,12 @@ import (
 
 	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/session"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core/inventory"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // The session sends the NodeSpec after welcome and again when its

@@ -4,18 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/better-compute/better-compute/api/nodes"
-	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // resourceOf finds a resource's row (gpu rows of the pool's model).
@@ -266,7 +266,7 @@ func TestCapacityTimeline(t *testing.T) {
 	wantCounts(t, "gpu", resourceOf(t, got.Resources, "gpu"), 8, 0, 2)
 }
 
-// The SQL predicate allocatable counts by agrees with core/nodestate.Schedulable
+// The SQL predicate allocatable counts by agrees with core/nodes.Schedulable
 // on every clause: nodes made to fail one clause each, with one node atom.
 func TestCapacitySchedulableMatchesPredicate(t *testing.T) {
 	e := newEnv(t)

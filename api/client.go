@@ -62,15 +62,3 @@ func (c *Client) Call(ctx context.Context, method string, in, out any) error {
 	}
 	return json.Unmarshal(raw, out)
 }
-
-// SystemVersion calls system.version.
-func (c *Client) SystemVersion(ctx context.Context) (VersionOutput, error) {
-	var out VersionOutput
-	return out, c.Call(ctx, "system.version", struct{}{}, &out)
-}
-
-// SystemWhoami calls system.whoami.
-func (c *Client) SystemWhoami(ctx context.Context) (WhoamiOutput, error) {
-	var out WhoamiOutput
-	return out, c.Call(ctx, "system.whoami", struct{}{}, &out)
-}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/better-compute/better-compute/agent/protocol"
-	"github.com/better-compute/better-compute/api/nodes"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"github.com/better-compute/better-compute/api/nodes"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 	nodesdomain "github.com/better-compute/better-compute/store/nodes"
@@ -257,7 +259,7 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 		t.Fatalf("globex changed %d join tokens", n)
 	}
 
-	if _, err := g.SystemWhoami(ctx); err != nil { // warm the authentication cache
+	if _, err := api.SystemWhoami.Call(ctx, g, rpc.NoInput{}); err != nil { // warm the authentication cache
 		t.Fatal(err)
 	}
 	for method, body := range map[string]string{

@@ -2,10 +2,10 @@ package api_test
 
 import (
 	"context"
-	"github.com/better-compute/better-compute/api/nodes"
 	"testing"
 
 	"github.com/better-compute/better-compute/agent/join"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core"
 )
 

@@ -3,12 +3,12 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/better-compute/better-compute/api/nodes"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"

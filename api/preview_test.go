@@ -3,13 +3,13 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"github.com/better-compute/better-compute/api/nodes"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"

@@ -12,13 +12,19 @@ import (
 // APIVersion is the version of the call contract this server speaks.
 const APIVersion = "v0.1"
 
+// The system methods callers name.
+const (
+	SystemVersion rpc.Ref[rpc.NoInput, VersionOutput] = "system.version"
+	SystemWhoami  rpc.Ref[rpc.NoInput, WhoamiOutput]  = "system.whoami"
+)
+
 // systemMethods are the API's own methods: who is calling, what runs, and
 // whether it is healthy.
 func (s *Server) systemMethods() []rpc.Descriptor {
 	return []rpc.Descriptor{
-		&rpc.Method[rpc.NoInput, VersionOutput]{Name: "system.version", Action: "none (public)", DecidedOn: "nothing",
+		&rpc.Method[rpc.NoInput, VersionOutput]{Name: SystemVersion, Action: "none (public)", DecidedOn: "nothing",
 			Phase: "v0.1", Kind: core.KindRead, Direct: s.systemVersion},
-		&rpc.Method[rpc.NoInput, WhoamiOutput]{Name: "system.whoami", Action: "none (public)", DecidedOn: "nothing",
+		&rpc.Method[rpc.NoInput, WhoamiOutput]{Name: SystemWhoami, Action: "none (public)", DecidedOn: "nothing",
 			Phase: "v0.1", Kind: core.KindRead, Direct: s.systemWhoami},
 		&rpc.Method[rpc.TenantInput, SelfCheckOutput]{Name: "system.selfCheck", Action: "compute:fleet:admin",
 			DecidedOn: "compute-fleet", Phase: "v0.1", Kind: core.KindRead, Direct: s.systemSelfCheck},

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/better-compute/better-compute/api/nodes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,8 +17,10 @@ import (
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/reservations"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
@@ -165,11 +166,11 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	conns := max(cfg.clients, cfg.contentionCalls)
 	admin := httpClient(stack.APIURL(), adminToken, 4)
 	user := httpClient(stack.APIURL(), userToken, conns)
-	adminWho, err := admin.SystemWhoami(ctx)
+	adminWho, err := api.SystemWhoami.Call(ctx, admin, rpc.NoInput{})
 	if err != nil {
 		return fail(fmt.Errorf("whoami (admin): %w", err))
 	}
-	userWho, err := user.SystemWhoami(ctx)
+	userWho, err := api.SystemWhoami.Call(ctx, user, rpc.NoInput{})
 	if err != nil {
 		return fail(fmt.Errorf("whoami (user): %w", err))
 	}
