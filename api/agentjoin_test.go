@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/internal/nodeca"
@@ -81,8 +82,7 @@ func machine(t *testing.T, seed string) *inventory.NodeInventory {
 
 func (e *env) joinToken(poolID string, maxUses int64) string {
 	e.t.Helper()
-	jt, err := e.client(e.boot.UserToken).JoinTokensCreate(context.Background(),
-		api.JoinTokensCreateInput{TenantID: "acme", PoolID: poolID, MaxUses: maxUses})
+	jt, err := nodes.CreateJoinToken.Call(context.Background(), e.client(e.boot.UserToken), nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: poolID, MaxUses: new(maxUses)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -147,13 +147,13 @@ func TestAgentJoin(t *testing.T) {
 	if again, err := join.LoadIdentity(dir); err != nil || again.NodeID != id.NodeID || again.CAPool == nil {
 		t.Fatalf("load = %+v, %v", again, err)
 	}
-	n, err := c.NodesGet(ctx, "acme", id.NodeID)
+	n, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: id.NodeID})
 	if err != nil || n.Name != "gpu-h100-a07" || n.ProvisionState != "adopted" || n.Role != "host" || n.Trust != "tenant-owned" ||
 		n.OwnerTenantID != "acme" || n.Connectivity != "disconnected" || n.ObservedGeneration != 0 || n.PoolID != p.ID ||
 		n.HardwareKey == "" || !n.HardwareKeyTrusted || n.GPUCount != 8 || n.Devices == 0 {
 		t.Fatalf("node = %+v, %v", n, err)
 	}
-	if snap, err := c.InventoryGet(ctx, "acme", id.NodeID, 0); err != nil || snap.Seq != 1 {
+	if snap, err := nodes.GetInventory.Call(ctx, c, nodes.InventoryInput{TenantID: "acme", NodeID: id.NodeID}); err != nil || snap.Seq != 1 {
 		t.Fatalf("inventory = %+v, %v", snap, err)
 	}
 
@@ -189,14 +189,14 @@ func TestAgentJoin(t *testing.T) {
 	if err != nil || id4.NodeID == id.NodeID {
 		t.Fatalf("other machine = %+v, %v", id4, err)
 	}
-	if n4, err := c.NodesGet(ctx, "acme", id4.NodeID); err != nil || len(n4.Name) != len("gpu-h100-a07")+6 || n4.Name[:13] != "gpu-h100-a07-" {
+	if n4, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: id4.NodeID}); err != nil || len(n4.Name) != len("gpu-h100-a07")+6 || n4.Name[:13] != "gpu-h100-a07-" {
 		t.Fatalf("clashing name = %q, %v", n4.Name, err)
 	}
 
 	// A bad CSR or name is INVALID_INPUT and spends nothing.
 	before := e.joinTokenStates("acme", p.ID)
 	uses := func() int {
-		list, err := c.JoinTokensList(ctx, "acme", p.ID)
+		list, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: p.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,13 +235,13 @@ func TestAgentJoin(t *testing.T) {
 		_ = e.store.Listen(lctx, nodesdomain.NodeIdentityRevokedChannel, func() { close(listening) }, func(p string) { heard <- p })
 	}()
 	<-listening
-	if _, err := e.client(e.globex).NodesRevokeIdentity(ctx, "acme", id4.NodeID); codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.RevokeIdentity.Call(ctx, e.client(e.globex), nodes.NodeInput{TenantID: "acme", NodeID: id4.NodeID}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("another tenant revokes: %v", err)
 	}
-	if _, err := e.client(e.globex).NodesRevokeIdentity(ctx, "globex", id4.NodeID); codeOf(err) != core.CodeNotFound && codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.RevokeIdentity.Call(ctx, e.client(e.globex), nodes.NodeInput{TenantID: "globex", NodeID: id4.NodeID}); codeOf(err) != core.CodeNotFound && codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("another tenant revokes in its own tenant: %v", err)
 	}
-	rn, err := c.NodesRevokeIdentity(ctx, "acme", id4.NodeID)
+	rn, err := nodes.RevokeIdentity.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: id4.NodeID})
 	if err != nil || rn.ID != id4.NodeID {
 		t.Fatalf("revokeIdentity = %+v, %v", rn, err)
 	}
@@ -293,9 +293,9 @@ func TestAgentJoinApproval(t *testing.T) {
 			Inventory: machine(t, ""), PollInterval: 20 * time.Millisecond})
 		done <- result{id, err}
 	}()
-	var req api.JoinRequest
+	var req nodes.JoinRequest
 	testutil.Eventually(t, 30*time.Second, "a pending join request", func() bool {
-		list, err := c.JoinRequestsList(ctx, "acme", p.ID, "pending")
+		list, err := nodes.ListJoinRequests.Call(ctx, c, nodes.ListJoinRequestsInput{TenantID: "acme", PoolID: p.ID, State: "pending"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,17 +320,17 @@ func TestAgentJoinApproval(t *testing.T) {
 	}
 	// Other tenants neither list nor decide it.
 	g := e.client(e.globex)
-	if _, err := g.JoinRequestsList(ctx, "acme", p.ID, ""); codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.ListJoinRequests.Call(ctx, g, nodes.ListJoinRequestsInput{TenantID: "acme", PoolID: p.ID}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex lists: %v", err)
 	}
-	if _, err := g.JoinRequestsApprove(ctx, "globex", p.ID, req.ID); codeOf(err) != core.CodeNotFound && codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.ApproveJoinRequest.Call(ctx, g, nodes.JoinRequestInput{TenantID: "globex", PoolID: p.ID, JoinRequestID: req.ID}); codeOf(err) != core.CodeNotFound && codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("globex approves: %v", err)
 	}
-	if _, err := e.client(e.stranger).JoinRequestsApprove(ctx, "acme", p.ID, req.ID); codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.ApproveJoinRequest.Call(ctx, e.client(e.stranger), nodes.JoinRequestInput{TenantID: "acme", PoolID: p.ID, JoinRequestID: req.ID}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("a stranger approves: %v", err)
 	}
 
-	approved, err := c.JoinRequestsApprove(ctx, "acme", p.ID, req.ID)
+	approved, err := nodes.ApproveJoinRequest.Call(ctx, c, nodes.JoinRequestInput{TenantID: "acme", PoolID: p.ID, JoinRequestID: req.ID})
 	if err != nil || approved.State != "approved" || !core.ValidID("node", approved.NodeID) || approved.DecidedAt == nil {
 		t.Fatalf("approve = %+v, %v", approved, err)
 	}
@@ -341,10 +341,10 @@ func TestAgentJoinApproval(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "join-request.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the pending join outlived the approval: %v", err)
 	}
-	if n, err := c.NodesGet(ctx, "acme", approved.NodeID); err != nil || n.ProvisionState != "adopted" || n.HardwareKey == "" {
+	if n, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: approved.NodeID}); err != nil || n.ProvisionState != "adopted" || n.HardwareKey == "" {
 		t.Fatalf("node = %+v, %v", n, err)
 	}
-	if _, err := c.JoinRequestsApprove(ctx, "acme", p.ID, req.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := nodes.ApproveJoinRequest.Call(ctx, c, nodes.JoinRequestInput{TenantID: "acme", PoolID: p.ID, JoinRequestID: req.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("approve twice: %v", err)
 	}
 
@@ -363,7 +363,7 @@ func TestAgentJoinApproval(t *testing.T) {
 		"requestSecret": "bcjr_wrong"}); status != http.StatusUnauthorized {
 		t.Fatalf("poll with a wrong secret = %d", status)
 	}
-	if rj, err := c.JoinRequestsReject(ctx, "acme", p.ID, pending.JoinRequestID); err != nil || rj.State != "rejected" {
+	if rj, err := nodes.RejectJoinRequest.Call(ctx, c, nodes.JoinRequestInput{TenantID: "acme", PoolID: p.ID, JoinRequestID: pending.JoinRequestID}); err != nil || rj.State != "rejected" {
 		t.Fatalf("reject = %+v, %v", rj, err)
 	}
 	status, out = postJSON(t, e.url+protocol.JoinStatusPath, poll)

@@ -24,11 +24,11 @@ import (
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/agent/session"
-	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core/inventory"
-	"github.com/better-compute/better-compute/core/nodes"
+	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
@@ -43,7 +43,7 @@ type agentEnv struct {
 	ca       *nodeca.CA
 	url      string
 	pool     pools.Pool
-	node     api.Node
+	node     nodes.Node
 	identity join.Identity
 }
 
@@ -78,8 +78,8 @@ func newAgentEnv(t *testing.T, lease time.Duration, lostAfter string) *agentEnv 
 		policy = `{"lostAfter":"` + lostAfter + `"}`
 	}
 	ae.pool = e.poolWith("acme", s.ID, "h100", "H100", "", policy)
-	ae.node = e.node(api.NewNode{PoolID: ae.pool.ID, Name: "gpu-1", ProvisionState: nodes.Adopted, Role: nodes.RoleHost,
-		Power: nodes.PowerOn, ObservedGeneration: 1}, nil)
+	ae.node = e.node(nodesdomain.NewNode{PoolID: ae.pool.ID, Name: "gpu-1", ProvisionState: nodestate.Adopted, Role: nodestate.RoleHost,
+		Power: nodestate.PowerOn, ObservedGeneration: 1}, nil)
 	ae.identity = ae.issue(ae.node.ID, true)
 	return ae
 }
@@ -125,7 +125,7 @@ func (ae *agentEnv) issue(nodeID string, record bool) join.Identity {
 type agentNodeState struct {
 	connectivity string
 	epoch        int64
-	conditions   []api.NodeCondition
+	conditions   []nodes.NodeCondition
 	agentVersion string
 }
 

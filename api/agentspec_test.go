@@ -14,11 +14,12 @@ import (
 
 	"github.com/better-compute/better-compute/agent/commands"
 	"github.com/better-compute/better-compute/agent/session"
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core/inventory"
-	"github.com/better-compute/better-compute/core/nodes"
+	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // The session sends the NodeSpec after welcome and again when its
@@ -28,8 +29,8 @@ func TestAgentSessionNodeSpec(t *testing.T) {
 	ae := newAgentEnv(t, time.Minute, "")
 	ctx := context.Background()
 	// A joined node has observed nothing yet.
-	n := ae.env.node(api.NewNode{PoolID: ae.pool.ID, Name: "gpu-2", ProvisionState: nodes.Adopted, Role: nodes.RoleHost,
-		Power: nodes.PowerOn}, nil)
+	n := ae.env.node(nodesdomain.NewNode{PoolID: ae.pool.ID, Name: "gpu-2", ProvisionState: nodestate.Adopted, Role: nodestate.RoleHost,
+		Power: nodestate.PowerOn}, nil)
 	id := ae.issue(n.ID, true)
 	c := ae.client(ae.boot.UserToken)
 
@@ -41,14 +42,14 @@ func TestAgentSessionNodeSpec(t *testing.T) {
 	if gen < 1 || spec["spec"].(map[string]any)["cordoned"] != false {
 		t.Fatalf("spec frame %v", spec)
 	}
-	if got, err := c.NodesGet(ctx, "acme", n.ID); err != nil || got.ObservedGeneration != 0 || got.Schedulable {
+	if got, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil || got.ObservedGeneration != 0 || got.Schedulable {
 		t.Fatalf("before observing: %+v, %v", got, err)
 	}
 	// A generation the node never had is ignored; the one sent is taken.
 	rs.send(map[string]any{"type": "observed", "generation": gen + 5})
 	rs.send(map[string]any{"type": "observed", "generation": gen})
 	testutil.EventuallyNil(t, 20*time.Second, func() error {
-		got, err := c.NodesGet(ctx, "acme", n.ID)
+		got, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +59,7 @@ func TestAgentSessionNodeSpec(t *testing.T) {
 		return nil
 	})
 	// Cordoning moves the generation: the next heartbeat brings the new spec.
-	if _, err := c.NodesCordon(ctx, "acme", n.ID); err != nil {
+	if _, err := nodes.Cordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil {
 		t.Fatal(err)
 	}
 	rs.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
@@ -146,11 +147,11 @@ func TestAgentSessionCancelsARunningCommand(t *testing.T) {
 		_, err := os.Stat(marker)
 		return err == nil
 	})
-	if _, err := ae.client(ae.boot.UserToken).CommandsCancel(ctx, "acme", ae.node.ID, c.ID); err != nil {
+	if _, err := nodes.CancelCommand.Call(ctx, ae.client(ae.boot.UserToken), nodes.CommandInput{TenantID: "acme", NodeID: ae.node.ID, CommandID: c.ID}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.EventuallyNil(t, 20*time.Second, func() error {
-		got, err := ae.client(ae.boot.UserToken).CommandsGet(ctx, "acme", ae.node.ID, c.ID)
+		got, err := nodes.GetCommand.Call(ctx, ae.client(ae.boot.UserToken), nodes.CommandInput{TenantID: "acme", NodeID: ae.node.ID, CommandID: c.ID})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,11 +3,13 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"github.com/better-compute/better-compute/api/projects"
-	"github.com/better-compute/better-compute/api/rpc"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/rpc"
 )
 
 // The envelope's cost over real HTTP against the real embedded IAM and
@@ -20,7 +22,7 @@ func BenchmarkPublicCall(b *testing.B) {
 	c := newEnv(b).client("")
 	ctx := context.Background()
 	for b.Loop() {
-		if _, err := c.SystemVersion(ctx); err != nil {
+		if _, err := api.SystemVersion.Call(ctx, c, rpc.NoInput{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -9,12 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
-	"github.com/better-compute/better-compute/core/nodes"
+	nodestate "github.com/better-compute/better-compute/core/nodes"
+	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // resourceOf finds a resource's row (gpu rows of the pool's model).
@@ -103,13 +104,13 @@ func TestCapacity(t *testing.T) {
 	wantCounts(t, "node", resourceOf(t, got.Resources, "node"), 1, 0, 0)
 
 	// A cordoned node's atoms are not allocatable; uncordoned, they are again.
-	if _, err := a.NodesCordon(ctx, "acme", n1.ID); err != nil {
+	if _, err := nodes.Cordon.Call(ctx, a, nodes.NodeInput{TenantID: "acme", NodeID: n1.ID}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
 	wantCounts(t, "gpu cordoned", resourceOf(t, got.Resources, "gpu"), 0, 0, 0)
 	wantCounts(t, "node cordoned", resourceOf(t, got.Resources, "node"), 0, 0, 0)
-	if _, err := a.NodesUncordon(ctx, "acme", n1.ID); err != nil {
+	if _, err := nodes.Uncordon.Call(ctx, a, nodes.NodeInput{TenantID: "acme", NodeID: n1.ID}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -273,19 +274,19 @@ func TestCapacitySchedulableMatchesPredicate(t *testing.T) {
 	a := e.client(e.boot.UserToken)
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{}`)
-	variants := map[string]func(*api.NewNode){
-		"ok":                func(*api.NewNode) {},
-		"deployed":          func(n *api.NewNode) { n.ProvisionState = nodes.Deployed },
-		"ready":             func(n *api.NewNode) { n.ProvisionState = nodes.Ready },
-		"unassigned":        func(n *api.NewNode) { n.Role = nodes.RoleUnassigned },
-		"disconnected":      func(n *api.NewNode) { n.Connectivity = nodes.Disconnected },
-		"generation0":       func(n *api.NewNode) { n.ObservedGeneration = 0 },
-		"owned-by-owner":    func(n *api.NewNode) { n.Trust, n.OwnerTenantID = nodes.TrustTenantOwned, "acme" },
-		"owned-by-other":    func(n *api.NewNode) { n.Trust, n.OwnerTenantID = nodes.TrustTenantOwned, "globex" },
-		"tenant-controlled": func(n *api.NewNode) { n.Trust, n.OwnerTenantID = nodes.TrustTenantControlled, "acme" },
-		"maintenance":       func(*api.NewNode) {},
-		"no-schedule":       func(*api.NewNode) {},
-		"cordoned":          func(*api.NewNode) {},
+	variants := map[string]func(*nodesdomain.NewNode){
+		"ok":                func(*nodesdomain.NewNode) {},
+		"deployed":          func(n *nodesdomain.NewNode) { n.ProvisionState = nodestate.Deployed },
+		"ready":             func(n *nodesdomain.NewNode) { n.ProvisionState = nodestate.Ready },
+		"unassigned":        func(n *nodesdomain.NewNode) { n.Role = nodestate.RoleUnassigned },
+		"disconnected":      func(n *nodesdomain.NewNode) { n.Connectivity = nodestate.Disconnected },
+		"generation0":       func(n *nodesdomain.NewNode) { n.ObservedGeneration = 0 },
+		"owned-by-owner":    func(n *nodesdomain.NewNode) { n.Trust, n.OwnerTenantID = nodestate.TrustTenantOwned, "acme" },
+		"owned-by-other":    func(n *nodesdomain.NewNode) { n.Trust, n.OwnerTenantID = nodestate.TrustTenantOwned, "globex" },
+		"tenant-controlled": func(n *nodesdomain.NewNode) { n.Trust, n.OwnerTenantID = nodestate.TrustTenantControlled, "acme" },
+		"maintenance":       func(*nodesdomain.NewNode) {},
+		"no-schedule":       func(*nodesdomain.NewNode) {},
+		"cordoned":          func(*nodesdomain.NewNode) {},
 	}
 	var ids []string
 	for name, f := range variants {
@@ -314,7 +315,7 @@ func TestCapacitySchedulableMatchesPredicate(t *testing.T) {
 	}
 	var want int64
 	for _, id := range ids {
-		n, err := a.NodesGet(ctx, "acme", id)
+		n, err := nodes.Get.Call(ctx, a, nodes.NodeInput{TenantID: "acme", NodeID: id})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -24,15 +25,15 @@ func TestCommandsRunAndRead(t *testing.T) {
 	// exec: queued with seq 1, the args as stored.
 	notAfter := time.Now().Add(time.Hour).UnixMilli()
 	gen := int64(3)
-	run, err := c.CommandsRun(ctx, api.CommandsRunInput{TenantID: "acme", NodeID: n.ID, Kind: api.CommandExec,
+	run, err := nodes.RunCommand.Call(ctx, c, nodes.RunCommandInput{TenantID: "acme", NodeID: n.ID, Kind: protocol.CommandExec,
 		Args:     json.RawMessage(`{"argv":["nvidia-smi","-L"],"timeoutSeconds":30,"env":{"LC_ALL":"C"}}`),
-		NotAfter: notAfter, MinGeneration: &gen})
+		NotAfter: new(notAfter), MinGeneration: &gen})
 	if err != nil || !core.ValidID("cmd", run.ID) || run.Seq != 1 || run.State != "queued" || run.NodeID != n.ID ||
 		run.TenantID != "acme" || run.Kind != "exec" || run.NotAfter == nil || *run.NotAfter != notAfter || run.NotBefore != nil ||
 		run.MinGeneration == nil || *run.MinGeneration != 3 || run.CreatedBy != e.boot.UserIdentityID || run.FinishedAt != nil {
 		t.Fatalf("run = %+v, %v", run, err)
 	}
-	var args api.ExecArgs
+	var args nodes.ExecArgs
 	if err := json.Unmarshal(run.Args, &args); err != nil || strings.Join(args.Argv, " ") != "nvidia-smi -L" ||
 		args.TimeoutSeconds != 30 || args.Env["LC_ALL"] != "C" {
 		t.Fatalf("args = %s, %v", run.Args, err)
@@ -49,80 +50,80 @@ func TestCommandsRunAndRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	rsv := core.NewID("rsv")
-	expose, err := c.CommandsRun(ctx, api.CommandsRunInput{TenantID: "acme", NodeID: n.ID, Kind: api.CommandCDIExpose,
+	expose, err := nodes.RunCommand.Call(ctx, c, nodes.RunCommandInput{TenantID: "acme", NodeID: n.ID, Kind: protocol.CommandCDIExpose,
 		Args: json.RawMessage(fmt.Sprintf(`{"reservationId":%q,"devices":[%q, 7]}`, rsv, gpus[0]))})
 	if err != nil || expose.Seq != 2 {
 		t.Fatalf("cdi.expose = %+v, %v", expose, err)
 	}
-	var cdi api.CDIExposeArgs
+	var cdi nodes.CDIExposeArgs
 	if err := json.Unmarshal(expose.Args, &cdi); err != nil || cdi.ReservationID != rsv || len(cdi.Devices) != 2 ||
 		cdi.Devices[0] != index || cdi.Devices[1] != 7 || cdi.Kind != "" {
 		t.Fatalf("cdi.expose args = %s, %v (GPU %s is index %d)", expose.Args, err, gpus[0], index)
 	}
-	for i, in := range []api.CommandsRunInput{
-		{Kind: api.CommandCDIWithdraw, Args: json.RawMessage(`{"reservationId":"` + rsv + `"}`)},
-		{Kind: api.CommandInventoryRefresh},
-		{Kind: api.CommandReboot, Args: json.RawMessage(`{}`), NotBefore: time.Now().Add(time.Minute).UnixMilli()},
+	for i, in := range []nodes.RunCommandInput{
+		{Kind: protocol.CommandCDIWithdraw, Args: json.RawMessage(`{"reservationId":"` + rsv + `"}`)},
+		{Kind: protocol.CommandInventoryRefresh},
+		{Kind: protocol.CommandReboot, Args: json.RawMessage(`{}`), NotBefore: new(int64(time.Now().Add(time.Minute).UnixMilli()))},
 	} {
 		in.TenantID, in.NodeID = "acme", n.ID
-		got, err := c.CommandsRun(ctx, in)
-		if err != nil || got.Seq != int64(3+i) || got.Kind != in.Kind || string(got.Args) != "{}" && in.Kind != api.CommandCDIWithdraw {
+		got, err := nodes.RunCommand.Call(ctx, c, in)
+		if err != nil || got.Seq != int64(3+i) || got.Kind != string(in.Kind) || string(got.Args) != "{}" && in.Kind != protocol.CommandCDIWithdraw {
 			t.Fatalf("run %s = %+v, %v", in.Kind, got, err)
 		}
 	}
 
 	// An idempotency key: the retry answers the same command; the key
 	// with another request is CONFLICT.
-	keyed := api.CommandsRunInput{TenantID: "acme", NodeID: n.ID, Kind: api.CommandExec,
+	keyed := nodes.RunCommandInput{TenantID: "acme", NodeID: n.ID, Kind: protocol.CommandExec,
 		Args: json.RawMessage(`{"argv":["true"]}`), IdempotencyKey: "retry-1"}
-	first, err := c.CommandsRun(ctx, keyed)
+	first, err := nodes.RunCommand.Call(ctx, c, keyed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.CommandsRun(ctx, keyed)
+	again, err := nodes.RunCommand.Call(ctx, c, keyed)
 	if err != nil || again.ID != first.ID || again.Seq != first.Seq || first.Seq != 6 {
 		t.Fatalf("retry = %+v, %v; first %+v", again, err, first)
 	}
 	keyed.Args = json.RawMessage(`{"argv":["false"]}`)
-	if _, err := c.CommandsRun(ctx, keyed); codeOf(err) != core.CodeConflict {
+	if _, err := nodes.RunCommand.Call(ctx, c, keyed); codeOf(err) != core.CodeConflict {
 		t.Fatalf("key reused with other args = %v, want CONFLICT", err)
 	}
 
 	// get and list (newest first, by state, limited).
-	got, err := c.CommandsGet(ctx, "acme", n.ID, run.ID)
+	got, err := nodes.GetCommand.Call(ctx, c, nodes.CommandInput{TenantID: "acme", NodeID: n.ID, CommandID: run.ID})
 	if err != nil || got.ID != run.ID || got.Seq != 1 || string(got.Args) != string(run.Args) {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
-	list, err := c.CommandsList(ctx, api.CommandsListInput{TenantID: "acme", NodeID: n.ID})
+	list, err := nodes.ListCommands.Call(ctx, c, nodes.ListCommandsInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || len(list.Items) != 6 || list.Items[0].Seq != 6 || list.Items[5].Seq != 1 {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
-	if list, err := c.CommandsList(ctx, api.CommandsListInput{TenantID: "acme", NodeID: n.ID, State: "queued", Limit: 2}); err != nil ||
+	if list, err := nodes.ListCommands.Call(ctx, c, nodes.ListCommandsInput{TenantID: "acme", NodeID: n.ID, State: "queued", Limit: new(2)}); err != nil ||
 		len(list.Items) != 2 || list.Items[0].Seq != 6 {
 		t.Fatalf("list queued, limit 2 = %+v, %v", list, err)
 	}
-	if _, err := c.CommandsGet(ctx, "acme", n.ID, core.NewID("cmd")); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.GetCommand.Call(ctx, c, nodes.CommandInput{TenantID: "acme", NodeID: n.ID, CommandID: core.NewID("cmd")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("get unknown = %v", err)
 	}
 
 	// Another tenant's node, or a deleted one, is NOT_FOUND.
 	g := e.client(e.globex)
-	if _, err := g.CommandsRun(ctx, api.CommandsRunInput{TenantID: "globex", NodeID: n.ID, Kind: api.CommandReboot}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RunCommand.Call(ctx, g, nodes.RunCommandInput{TenantID: "globex", NodeID: n.ID, Kind: protocol.CommandReboot}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("run on another tenant's node = %v", err)
 	}
-	if _, err := g.CommandsGet(ctx, "globex", n.ID, run.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.GetCommand.Call(ctx, g, nodes.CommandInput{TenantID: "globex", NodeID: n.ID, CommandID: run.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("get of another tenant's command = %v", err)
 	}
-	if _, err := c.NodesCordon(ctx, "acme", n.ID); err != nil {
+	if _, err := nodes.Cordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.NodesDelete(ctx, "acme", n.ID); err != nil {
+	if _, err := nodes.Delete.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CommandsList(ctx, api.CommandsListInput{TenantID: "acme", NodeID: n.ID}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.ListCommands.Call(ctx, c, nodes.ListCommandsInput{TenantID: "acme", NodeID: n.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("list of a deleted node = %v", err)
 	}
-	if _, err := c.CommandsRun(ctx, api.CommandsRunInput{TenantID: "acme", NodeID: n.ID, Kind: api.CommandReboot}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RunCommand.Call(ctx, c, nodes.RunCommandInput{TenantID: "acme", NodeID: n.ID, Kind: protocol.CommandReboot}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("run on a deleted node = %v", err)
 	}
 }
@@ -200,9 +201,9 @@ func TestCommandsCancel(t *testing.T) {
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{"hardwareProfile":"8xH100"}`)
 	n := e.node(schedulableNode(p.ID, "gpu-a07"), nil)
-	mk := func() api.Command {
+	mk := func() nodes.Command {
 		t.Helper()
-		cmd, err := c.CommandsRun(ctx, api.CommandsRunInput{TenantID: "acme", NodeID: n.ID, Kind: api.CommandInventoryRefresh})
+		cmd, err := nodes.RunCommand.Call(ctx, c, nodes.RunCommandInput{TenantID: "acme", NodeID: n.ID, Kind: protocol.CommandInventoryRefresh})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,24 +219,24 @@ func TestCommandsCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.CommandsCancel(ctx, "acme", n.ID, queued.ID)
+	got, err := nodes.CancelCommand.Call(ctx, c, nodes.CommandInput{TenantID: "acme", NodeID: n.ID, CommandID: queued.ID})
 	if err != nil || got.State != "cancelled" || got.FinishedAt == nil || got.CancelRequestedAt != nil {
 		t.Fatalf("cancel queued = %+v, %v", got, err)
 	}
-	got, err = c.CommandsCancel(ctx, "acme", n.ID, delivered.ID)
+	got, err = nodes.CancelCommand.Call(ctx, c, nodes.CommandInput{TenantID: "acme", NodeID: n.ID, CommandID: delivered.ID})
 	if err != nil || got.State != "cancelled" || got.CancelRequestedAt == nil || got.DeliveredAt == nil {
 		t.Fatalf("cancel delivered = %+v, %v", got, err)
 	}
-	if again, err := c.CommandsCancel(ctx, "acme", n.ID, delivered.ID); err != nil || *again.CancelRequestedAt != *got.CancelRequestedAt {
+	if again, err := nodes.CancelCommand.Call(ctx, c, nodes.CommandInput{TenantID: "acme", NodeID: n.ID, CommandID: delivered.ID}); err != nil || *again.CancelRequestedAt != *got.CancelRequestedAt {
 		t.Fatalf("cancel again = %+v, %v", again, err)
 	}
-	if _, err := c.CommandsCancel(ctx, "acme", n.ID, finished.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := nodes.CancelCommand.Call(ctx, c, nodes.CommandInput{TenantID: "acme", NodeID: n.ID, CommandID: finished.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("cancel finished = %v, want INVALID_STATE", err)
 	}
-	if _, err := e.client(e.globex).CommandsCancel(ctx, "globex", n.ID, queued.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.CancelCommand.Call(ctx, e.client(e.globex), nodes.CommandInput{TenantID: "globex", NodeID: n.ID, CommandID: queued.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("cancel by another tenant = %v", err)
 	}
-	list, err := c.CommandsList(ctx, api.CommandsListInput{TenantID: "acme", NodeID: n.ID, State: "cancelled"})
+	list, err := nodes.ListCommands.Call(ctx, c, nodes.ListCommandsInput{TenantID: "acme", NodeID: n.ID, State: "cancelled"})
 	if err != nil || len(list.Items) != 2 {
 		t.Fatalf("cancelled = %+v, %v", list, err)
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/better-compute/better-compute/api/capacity"
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/reservations"
@@ -21,4 +22,5 @@ var Domains = []rpc.Domain{
 	sites.Methods,
 	capacity.Methods,
 	reservations.Methods,
+	nodes.Methods,
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/better-compute/better-compute/api/projects"
-	"github.com/better-compute/better-compute/api/rpc"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/testenv"
@@ -249,7 +249,7 @@ func TestForeignTenantIsRefusedBeforeAnyQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Warm the authentication cache so the count below is the envelope's alone.
-	if _, err := e.client(e.globex).SystemWhoami(ctx); err != nil {
+	if _, err := api.SystemWhoami.Call(ctx, e.client(e.globex), rpc.NoInput{}); err != nil {
 		t.Fatal(err)
 	}
 	var bodies []string
@@ -423,7 +423,7 @@ func TestPlannedMethodsAnswerUnsupported(t *testing.T) {
 
 func TestWhoami(t *testing.T) {
 	e := newEnv(t)
-	who, err := e.client(e.boot.UserToken).SystemWhoami(context.Background())
+	who, err := api.SystemWhoami.Call(context.Background(), e.client(e.boot.UserToken), rpc.NoInput{})
 	if err != nil || !who.Authenticated || who.TenantID != "acme" || who.IdentityID != e.boot.UserIdentityID {
 		t.Fatalf("whoami = %+v, %v", who, err)
 	}

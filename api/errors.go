@@ -4,7 +4,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/better-compute/better-compute/api/httpx"
-	"github.com/better-compute/better-compute/core"
 )
 
 // writeError answers in the API's one error shape (httpx.WriteError).
@@ -12,5 +11,3 @@ func writeError(c *gin.Context, err error) { httpx.WriteError(c, err) }
 
 // errorBody is the one error shape of the API (httpx.ErrorBody).
 type errorBody = httpx.ErrorBody
-
-func noNodeCA() error { return core.Errorf(core.CodeUnavailable, "no node CA configured") }

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 	nodesdomain "github.com/better-compute/better-compute/store/nodes"
@@ -30,7 +32,7 @@ func (e *env) consumeJoinToken(token string) (nodesdomain.JoinToken, error) {
 // joinTokenStates lists the pool's tokens as id → state.
 func (e *env) joinTokenStates(tenant, poolID string) map[string]string {
 	e.t.Helper()
-	list, err := e.client(e.tokenOf(tenant)).JoinTokensList(context.Background(), tenant, poolID)
+	list, err := nodes.ListJoinTokens.Call(context.Background(), e.client(e.tokenOf(tenant)), nodes.PoolInput{TenantID: tenant, PoolID: poolID})
 	if err != nil {
 		e.t.Fatalf("joinTokens.list: %v", err)
 	}
@@ -52,29 +54,29 @@ func TestJoinTokens(t *testing.T) {
 	p := e.pool(e.boot.UserToken, "acme", s.ID, "train")
 
 	// The defaults: 24 hours, one use.
-	one, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID})
+	one, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil || !core.ValidID("jtok", one.ID) || one.TenantID != "acme" || one.PoolID != p.ID || one.Name != "" ||
 		!joinTokenPattern.MatchString(one.Token) || one.State != "active" || one.MaxUses != 1 || one.Uses != 0 ||
 		one.ExpiresAt-one.CreatedAt != 24*3600*1000 || one.CreatedBy != e.boot.UserIdentityID || one.RevokedAt != nil {
 		t.Fatalf("create = %+v, %v", one, err)
 	}
-	many, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID, Name: "rack-7",
-		TTLSeconds: 600, MaxUses: 3})
+	many, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID, Name: "rack-7",
+		TTLSeconds: new(int64(600)), MaxUses: new(int64(3))})
 	if err != nil || many.Name != "rack-7" || many.MaxUses != 3 || many.ExpiresAt-many.CreatedAt != 600*1000 ||
 		!joinTokenPattern.MatchString(many.Token) || many.Token == one.Token {
 		t.Fatalf("create with options = %+v, %v", many, err)
 	}
 	// The bounds are inclusive.
-	for _, in := range []api.JoinTokensCreateInput{{TTLSeconds: 60, MaxUses: 10000}, {TTLSeconds: 30 * 24 * 3600}} {
+	for _, in := range []nodes.CreateJoinTokenInput{{TTLSeconds: new(int64(60)), MaxUses: new(int64(10000))}, {TTLSeconds: new(int64(30 * 24 * 3600))}} {
 		in.TenantID, in.PoolID = "acme", p.ID
-		if _, err := c.JoinTokensCreate(ctx, in); err != nil {
+		if _, err := nodes.CreateJoinToken.Call(ctx, c, in); err != nil {
 			t.Fatalf("create %+v = %v", in, err)
 		}
 	}
 	bound := e.joinTokenStates("acme", p.ID)
 	for id := range bound {
 		if id != one.ID && id != many.ID {
-			if _, err := c.JoinTokensRevoke(ctx, "acme", p.ID, id); err != nil {
+			if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: id}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -91,7 +93,7 @@ func TestJoinTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, plain := range []string{one.Token, many.Token} {
-		if strings.Contains(dump, strings.TrimPrefix(plain, api.JoinTokenPrefix)) {
+		if strings.Contains(dump, strings.TrimPrefix(plain, nodes.JoinTokenPrefix)) {
 			t.Fatalf("join_tokens holds a token in plain text: %s", dump)
 		}
 		var hash []byte
@@ -126,21 +128,21 @@ func TestJoinTokens(t *testing.T) {
 	if len(states) != 4 || states[one.ID] != "exhausted" || states[many.ID] != "expired" {
 		t.Fatalf("states = %v", states)
 	}
-	list, err := c.JoinTokensList(ctx, "acme", p.ID)
+	list, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil || list.Items[0].ID != one.ID || list.Items[0].Uses != 1 || list.Items[1].ID != many.ID {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
 
 	// Revoke, twice: the second answers the token as the first left it.
-	fresh, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID, MaxUses: 5})
+	fresh, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID, MaxUses: new(int64(5))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, err := c.JoinTokensRevoke(ctx, "acme", p.ID, fresh.ID)
+	rev, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: fresh.ID})
 	if err != nil || rev.ID != fresh.ID || rev.State != "revoked" || rev.RevokedAt == nil || rev.Token != "" {
 		t.Fatalf("revoke = %+v, %v", rev, err)
 	}
-	again, err := c.JoinTokensRevoke(ctx, "acme", p.ID, fresh.ID)
+	again, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: fresh.ID})
 	if err != nil || again.RevokedAt == nil || *again.RevokedAt != *rev.RevokedAt || again.State != "revoked" {
 		t.Fatalf("second revoke = %+v, %v", again, err)
 	}
@@ -150,18 +152,18 @@ func TestJoinTokens(t *testing.T) {
 	if states := e.joinTokenStates("acme", p.ID); states[fresh.ID] != "revoked" {
 		t.Fatalf("states after revoke = %v", states)
 	}
-	if _, err := c.JoinTokensRevoke(ctx, "acme", p.ID, core.NewID("jtok")); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: core.NewID("jtok")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke of a missing token = %v, want NOT_FOUND", err)
 	}
 	p2 := e.pool(e.boot.UserToken, "acme", s.ID, "infer")
-	if _, err := c.JoinTokensRevoke(ctx, "acme", p2.ID, fresh.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p2.ID, TokenID: fresh.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke through another pool = %v, want NOT_FOUND", err)
 	}
-	if l, err := c.JoinTokensList(ctx, "acme", p2.ID); err != nil || len(l.Items) != 0 {
+	if l, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: p2.ID}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("another pool's list = %+v, %v", l, err)
 	}
 	// An unknown token is UNAUTHENTICATED.
-	if _, err := e.consumeJoinToken(api.JoinTokenPrefix + strings.Repeat("a", 52)); codeOf(err) != core.CodeUnauthn {
+	if _, err := e.consumeJoinToken(nodes.JoinTokenPrefix + strings.Repeat("a", 52)); codeOf(err) != core.CodeUnauthn {
 		t.Fatalf("an unknown token = %v, want UNAUTHENTICATED", err)
 	}
 }
@@ -176,23 +178,23 @@ func TestJoinTokensPoolState(t *testing.T) {
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.pool(e.boot.UserToken, "acme", s.ID, "train")
 	missing := core.NewID("pool")
-	if _, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("create on a missing pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := c.JoinTokensList(ctx, "acme", missing); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("list of a missing pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := c.JoinTokensRevoke(ctx, "acme", missing, core.NewID("jtok")); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: missing, TokenID: core.NewID("jtok")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke on a missing pool = %v, want NOT_FOUND", err)
 	}
-	tok, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID, MaxUses: 2})
+	tok, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID, MaxUses: new(int64(2))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pools.Archive.Call(ctx, c, pools.PoolInput{TenantID: "acme", PoolID: p.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID}); codeOf(err) != core.CodeInvalidState {
+	if _, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("create on an archived pool = %v, want INVALID_STATE", err)
 	}
 	if _, err := e.consumeJoinToken(tok.Token); codeOf(err) != core.CodeInvalidState ||
@@ -202,7 +204,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if states := e.joinTokenStates("acme", p.ID); len(states) != 1 || states[tok.ID] != "active" {
 		t.Fatalf("an archived pool's tokens = %v", states)
 	}
-	if rev, err := c.JoinTokensRevoke(ctx, "acme", p.ID, tok.ID); err != nil || rev.State != "revoked" {
+	if rev, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: tok.ID}); err != nil || rev.State != "revoked" {
 		t.Fatalf("revoke on an archived pool = %+v, %v", rev, err)
 	}
 	none, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "bmc-only", Class: "metal-dedicated",
@@ -210,7 +212,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: none.ID})
+	_, err = nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: none.ID})
 	if codeOf(err) != core.CodeInvalidState || core.AsError(err).Details["reason"] != "agent" {
 		t.Fatalf("create on an agent-less pool = %v, want INVALID_STATE (agent)", err)
 	}
@@ -225,7 +227,7 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 	a, g := e.client(e.boot.UserToken), e.client(e.globex)
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.pool(e.boot.UserToken, "acme", s.ID, "train")
-	tok, err := a.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "acme", PoolID: p.ID})
+	tok, err := nodes.CreateJoinToken.Call(ctx, a, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,13 +236,13 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 	}
 	wantNotFound := func(when string) {
 		t.Helper()
-		if _, err := g.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
+		if _, err := nodes.CreateJoinToken.Call(ctx, g, nodes.CreateJoinTokenInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
 			t.Fatalf("%s: globex create on acme's pool = %v, want NOT_FOUND", when, err)
 		}
-		if _, err := g.JoinTokensList(ctx, "globex", p.ID); codeOf(err) != core.CodeNotFound {
+		if _, err := nodes.ListJoinTokens.Call(ctx, g, nodes.PoolInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
 			t.Fatalf("%s: globex list of acme's pool = %v, want NOT_FOUND", when, err)
 		}
-		if _, err := g.JoinTokensRevoke(ctx, "globex", p.ID, tok.ID); codeOf(err) != core.CodeNotFound {
+		if _, err := nodes.RevokeJoinToken.Call(ctx, g, nodes.JoinTokenInput{TenantID: "globex", PoolID: p.ID, TokenID: tok.ID}); codeOf(err) != core.CodeNotFound {
 			t.Fatalf("%s: globex revoke on acme's pool = %v, want NOT_FOUND", when, err)
 		}
 	}
@@ -257,7 +259,7 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 		t.Fatalf("globex changed %d join tokens", n)
 	}
 
-	if _, err := g.SystemWhoami(ctx); err != nil { // warm the authentication cache
+	if _, err := api.SystemWhoami.Call(ctx, g, rpc.NoInput{}); err != nil { // warm the authentication cache
 		t.Fatal(err)
 	}
 	for method, body := range map[string]string{
@@ -315,13 +317,13 @@ func TestJoinTokensInvalidInput(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM join_tokens`); n != 0 {
 		t.Fatalf("%d join tokens after invalid input", n)
 	}
-	// The out-of-range answers say the bounds.
+	// The out-of-range answer says the bound it crossed.
 	status, out := e.call(e.boot.UserToken, "joinTokens.create", `{`+ok+`,"ttlSeconds":59}`)
 	var body struct {
 		Error core.Error `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(out), &body); err != nil || status != 400 || body.Error.Details["reason"] != "range" ||
-		!strings.Contains(body.Error.Message, "2592000") {
+		!strings.Contains(body.Error.Message, "want 60") {
 		t.Fatalf("ttlSeconds 59 = %d %s", status, out)
 	}
 }

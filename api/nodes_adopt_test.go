@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/agent/join"
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core"
 )
 
@@ -24,7 +24,7 @@ func TestNodesAdopt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := c.NodesGet(ctx, "acme", id.NodeID)
+	n, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: id.NodeID})
 	if err != nil || n.ProvisionState != "adopting" || n.Schedulable {
 		t.Fatalf("joined node = %+v, %v", n, err)
 	}
@@ -52,7 +52,7 @@ func TestNodesAdopt(t *testing.T) {
 	}
 }
 
-func (e *env) callAdopt(ctx context.Context, nodeID string) (api.Node, error) {
-	var n api.Node
+func (e *env) callAdopt(ctx context.Context, nodeID string) (nodes.Node, error) {
+	var n nodes.Node
 	return n, e.client(e.boot.UserToken).Call(ctx, "nodes.adopt", map[string]string{"tenantId": "acme", "nodeId": nodeID}, &n)
 }

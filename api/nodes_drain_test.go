@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/core"
 )
 
-func drainNode(ctx context.Context, c *api.Client, nodeID, mode string) (api.Node, error) {
-	var out api.Node
+func drainNode(ctx context.Context, c *api.Client, nodeID, mode string) (nodes.Node, error) {
+	var out nodes.Node
 	in := map[string]string{"tenantId": "acme", "nodeId": nodeID}
 	if mode != "" {
 		in["mode"] = mode
@@ -39,13 +40,13 @@ func TestNodesDrainRespectsTheDisruptionBudget(t *testing.T) {
 	if ce := core.AsError(err); ce.Code != core.CodeInvalidState || ce.Details["reason"] != "disruptionBudget" {
 		t.Fatalf("a second drain = %v %+v", err, ce.Details)
 	}
-	if got, err := c.NodesGet(ctx, "acme", b.ID); err != nil || got.Cordoned || got.DrainState != "" {
+	if got, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: b.ID}); err != nil || got.Cordoned || got.DrainState != "" {
 		t.Fatalf("the refused node = %+v, %v", got, err)
 	}
 	if _, err := drainNode(ctx, c, b.ID, "sometimes"); codeOf(err) != core.CodeInvalidInput {
 		t.Fatalf("bad mode = %v", err)
 	}
-	if n, err := c.NodesUncordon(ctx, "acme", a.ID); err != nil || n.DrainState != "" || n.Cordoned {
+	if n, err := nodes.Uncordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: a.ID}); err != nil || n.DrainState != "" || n.Cordoned {
 		t.Fatalf("uncordon = %+v, %v", n, err)
 	}
 	if n, err := drainNode(ctx, c, b.ID, "release"); err != nil || n.DrainState != "draining" {

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
-	"github.com/better-compute/better-compute/core/nodes"
+	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/store"
 	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
@@ -28,20 +28,20 @@ func fixture(t testing.TB, name string) []byte {
 }
 
 // schedulableNode is a node that passes every clause of the predicate.
-func schedulableNode(poolID, name string) api.NewNode {
-	return api.NewNode{PoolID: poolID, Name: name, ProvisionState: nodes.Adopted, Role: nodes.RoleHost,
-		Connectivity: nodes.Connected, Power: nodes.PowerOn, ObservedGeneration: 1}
+func schedulableNode(poolID, name string) nodesdomain.NewNode {
+	return nodesdomain.NewNode{PoolID: poolID, Name: name, ProvisionState: nodestate.Adopted, Role: nodestate.RoleHost,
+		Connectivity: nodestate.Connected, Power: nodestate.PowerOn, ObservedGeneration: 1}
 }
 
 // node creates a node and, when doc is given, ingests it, in one transaction.
-func (e *env) node(in api.NewNode, doc []byte) api.Node {
+func (e *env) node(in nodesdomain.NewNode, doc []byte) nodes.Node {
 	e.t.Helper()
-	var n api.Node
+	var n nodes.Node
 	err := e.store.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) (err error) {
-		if n, err = e.server.CreateNode(context.Background(), tx, in); err != nil || doc == nil {
+		if n, err = nodesdomain.Create(context.Background(), tx, nodesdomain.TypesOf(e.catalog), in); err != nil || doc == nil {
 			return err
 		}
-		res, err := e.server.IngestInventory(context.Background(), tx, n.ID, doc)
+		res, err := nodesdomain.Ingest(context.Background(), tx, nodesdomain.TypesOf(e.catalog), n.ID, doc)
 		n = res.Node
 		return err
 	})
@@ -51,11 +51,11 @@ func (e *env) node(in api.NewNode, doc []byte) api.Node {
 	return n
 }
 
-func (e *env) ingest(nodeID string, doc []byte) api.IngestResult {
+func (e *env) ingest(nodeID string, doc []byte) nodesdomain.IngestResult {
 	e.t.Helper()
-	var res api.IngestResult
+	var res nodesdomain.IngestResult
 	err := e.store.InTx(context.Background(), store.ReadWrite, func(tx store.Tx) (err error) {
-		res, err = e.server.IngestInventory(context.Background(), tx, nodeID, doc)
+		res, err = nodesdomain.Ingest(context.Background(), tx, nodesdomain.TypesOf(e.catalog), nodeID, doc)
 		return err
 	})
 	if err != nil {
@@ -95,7 +95,7 @@ func expectDevices(t *testing.T, doc []byte, p inventory.PartitionPolicy) (devic
 	return len(set.Devices), len(set.Atoms())
 }
 
-func conditionTypes(n api.Node) []string {
+func conditionTypes(n nodes.Node) []string {
 	var out []string
 	for _, c := range n.Conditions {
 		if !slices.Contains(out, c.Type) {
@@ -116,7 +116,7 @@ func TestNodesIngestAndRead(t *testing.T) {
 	n := e.node(schedulableNode(p.ID, "gpu-a07"), h100)
 
 	wantDevices, wantAtoms := expectDevices(t, h100, inventory.PartitionPolicy{})
-	got, err := c.NodesGet(ctx, "acme", n.ID)
+	got, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || got.ID != n.ID || got.TenantID != "acme" || got.PoolID != p.ID || got.Region != "eu-central" ||
 		!got.Schedulable || len(got.UnschedulableReasons) != 0 || got.GPUModel != "H100" || got.GPUCount != 8 ||
 		got.Devices != wantDevices || got.Atoms != wantAtoms || !got.HardwareKeyTrusted || got.HardwareKey == "" ||
@@ -152,7 +152,7 @@ func TestNodesIngestAndRead(t *testing.T) {
 	seven, _ := json.Marshal(doc)
 	res := e.ingest(n.ID, seven)
 	if !res.Appended || res.Seq != 2 || res.Node.Schedulable || !slices.Equal(res.Node.NoScheduleReasons, []string{"GpuCountMismatch"}) ||
-		!slices.Equal(res.Node.UnschedulableReasons, []string{nodes.ReasonNoScheduleReasons}) || res.Node.GPUCount != 7 ||
+		!slices.Equal(res.Node.UnschedulableReasons, []string{nodestate.ReasonNoScheduleReasons}) || res.Node.GPUCount != 7 ||
 		res.Node.Devices != wantDevices-1 {
 		t.Fatalf("seven GPUs = %+v", res)
 	}
@@ -160,7 +160,7 @@ func TestNodesIngestAndRead(t *testing.T) {
 	if err := e.store.Pool.QueryRow(ctx, `SELECT removed_at IS NOT NULL FROM devices WHERE node_id = $1 AND device_id = $2`, n.ID, strings.TrimSpace(gone)).Scan(&removed); err != nil || !removed {
 		t.Fatalf("vanished GPU removed = %v, %v", removed, err)
 	}
-	if list, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme", Schedulable: new(true)}); err != nil || len(list.Items) != 0 {
+	if list, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme", Schedulable: new(true)}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("schedulable list = %+v, %v", list, err)
 	}
 	// The GPU comes back: the condition clears, the device is live again.
@@ -170,42 +170,42 @@ func TestNodesIngestAndRead(t *testing.T) {
 	}
 
 	// inventory.get: the latest snapshot, or one by seq.
-	snap, err := c.InventoryGet(ctx, "acme", n.ID, 0)
+	snap, err := nodes.GetInventory.Call(ctx, c, nodes.InventoryInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || snap.Seq != 3 || snap.Digest != res.Digest || len(snap.Hashes) != len(inventory.Sections) || !strings.HasPrefix(snap.Hashes["gpus"], "sha256:") {
 		t.Fatalf("inventory.get = %+v, %v", snap, err)
 	}
-	if snap2, err := c.InventoryGet(ctx, "acme", n.ID, 2); err != nil || snap2.Seq != 2 || snap2.Hashes["gpus"] == snap.Hashes["gpus"] {
+	if snap2, err := nodes.GetInventory.Call(ctx, c, nodes.InventoryInput{TenantID: "acme", NodeID: n.ID, Seq: new(int64(2))}); err != nil || snap2.Seq != 2 || snap2.Hashes["gpus"] == snap.Hashes["gpus"] {
 		t.Fatalf("inventory.get seq 2 = %+v, %v", snap2, err)
 	}
-	if _, err := c.InventoryGet(ctx, "acme", n.ID, 9); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.GetInventory.Call(ctx, c, nodes.InventoryInput{TenantID: "acme", NodeID: n.ID, Seq: new(int64(9))}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("inventory.get seq 9 = %v, want NOT_FOUND", err)
 	}
 	// inventory.history: newest first, limited, paged by beforeSeq.
-	h, err := c.InventoryHistory(ctx, api.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID})
+	h, err := nodes.GetInventoryHistory.Call(ctx, c, nodes.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || len(h.Items) != 3 || h.Items[0].Seq != 3 || h.Items[2].Seq != 1 || h.Items[0].Digest != h.Items[2].Digest {
 		t.Fatalf("history = %+v, %v", h, err)
 	}
-	if h, err := c.InventoryHistory(ctx, api.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID, Limit: 1, BeforeSeq: 3}); err != nil || len(h.Items) != 1 || h.Items[0].Seq != 2 {
+	if h, err := nodes.GetInventoryHistory.Call(ctx, c, nodes.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID, Limit: new(1), BeforeSeq: new(int64(3))}); err != nil || len(h.Items) != 1 || h.Items[0].Seq != 2 {
 		t.Fatalf("history page = %+v, %v", h, err)
 	}
 	// inventory.diff: the last two by default, or any two.
-	d, err := c.InventoryDiff(ctx, api.InventoryDiffInput{TenantID: "acme", NodeID: n.ID})
+	d, err := nodes.DiffInventory.Call(ctx, c, nodes.InventoryDiffInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || d.FromSeq != 2 || d.ToSeq != 3 || !slices.Equal(d.Changed, []string{"gpus"}) || len(d.Sections) != 1 {
 		t.Fatalf("diff = %+v, %v", d, err)
 	}
-	if d, err := c.InventoryDiff(ctx, api.InventoryDiffInput{TenantID: "acme", NodeID: n.ID, FromSeq: 1, ToSeq: 3}); err != nil || !d.Empty() {
+	if d, err := nodes.DiffInventory.Call(ctx, c, nodes.InventoryDiffInput{TenantID: "acme", NodeID: n.ID, FromSeq: new(int64(1)), ToSeq: new(int64(3))}); err != nil || !d.Empty() {
 		t.Fatalf("diff 1..3 = %+v, %v", d, err)
 	}
-	if _, err := c.InventoryDiff(ctx, api.InventoryDiffInput{TenantID: "acme", NodeID: n.ID, FromSeq: 3, ToSeq: 2}); codeOf(err) != core.CodeInvalidInput {
+	if _, err := nodes.DiffInventory.Call(ctx, c, nodes.InventoryDiffInput{TenantID: "acme", NodeID: n.ID, FromSeq: new(int64(3)), ToSeq: new(int64(2))}); codeOf(err) != core.CodeInvalidInput {
 		t.Fatalf("diff backwards = %v, want INVALID_INPUT", err)
 	}
 
 	// Events, newest first, with a limit.
-	ev, err := c.NodesEvents(ctx, "acme", n.ID, 0)
+	ev, err := nodes.Events.Call(ctx, c, nodes.EventsInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || len(ev.Items) < 5 || ev.Items[len(ev.Items)-1].Type != nodesdomain.EventCreated || ev.Items[0].Type != nodesdomain.EventConditionClear {
 		t.Fatalf("events = %+v, %v", ev, err)
 	}
-	if ev, err := c.NodesEvents(ctx, "acme", n.ID, 2); err != nil || len(ev.Items) != 2 {
+	if ev, err := nodes.Events.Call(ctx, c, nodes.EventsInput{TenantID: "acme", NodeID: n.ID, Limit: new(2)}); err != nil || len(ev.Items) != 2 {
 		t.Fatalf("events limit 2 = %+v, %v", ev, err)
 	}
 
@@ -218,15 +218,15 @@ func TestNodesIngestAndRead(t *testing.T) {
 	}
 	// A node with no inventory yet.
 	bare := e.node(schedulableNode(p.ID, "bare"), nil)
-	if _, err := c.InventoryGet(ctx, "acme", bare.ID, 0); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.GetInventory.Call(ctx, c, nodes.InventoryInput{TenantID: "acme", NodeID: bare.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("inventory.get without inventory = %v, want NOT_FOUND", err)
 	}
-	if _, err := c.InventoryDiff(ctx, api.InventoryDiffInput{TenantID: "acme", NodeID: bare.ID}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.DiffInventory.Call(ctx, c, nodes.InventoryDiffInput{TenantID: "acme", NodeID: bare.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("inventory.diff without inventory = %v, want NOT_FOUND", err)
 	}
 	// A bad document is INVALID_INPUT and changes nothing.
 	err = e.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		_, err := e.server.IngestInventory(ctx, tx, bare.ID, []byte(`{"kind":"NodeInventory","version":2}`))
+		_, err := nodesdomain.Ingest(ctx, tx, nodesdomain.TypesOf(e.catalog), bare.ID, []byte(`{"kind":"NodeInventory","version":2}`))
 		return err
 	})
 	if codeOf(err) != core.CodeInvalidInput {
@@ -295,25 +295,25 @@ func TestNodesPartitionPolicies(t *testing.T) {
 		t.Fatalf("twin = %+v", n)
 	}
 	// The list's filters.
-	all, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme"})
+	all, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme"})
 	if err != nil || len(all.Items) != 7 {
 		t.Fatalf("list = %d items, %v", len(all.Items), err)
 	}
-	if l, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme", PoolID: ts.ID}); err != nil || len(l.Items) != 2 {
+	if l, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme", PoolID: ts.ID}); err != nil || len(l.Items) != 2 {
 		t.Fatalf("list by pool = %+v, %v", l, err)
 	}
-	if l, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme", Schedulable: new(true)}); err != nil || len(l.Items) != 3 {
+	if l, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme", Schedulable: new(true)}); err != nil || len(l.Items) != 3 {
 		t.Fatalf("schedulable list = %d, %v", len(l.Items), err)
 	}
-	if l, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme", Schedulable: new(false)}); err != nil || len(l.Items) != 4 {
+	if l, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme", Schedulable: new(false)}); err != nil || len(l.Items) != 4 {
 		t.Fatalf("unschedulable list = %d, %v", len(l.Items), err)
 	}
-	e.node(api.NewNode{PoolID: ts.ID, Name: "new"}, nil)
-	if l, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme", ProvisionState: "adopting"}); err != nil || len(l.Items) != 1 || l.Items[0].Name != "new" ||
-		!slices.Equal(l.Items[0].UnschedulableReasons, []string{nodes.ReasonProvisionState, nodes.ReasonRole, nodes.ReasonConnectivity, nodes.ReasonObservedGeneration}) {
+	e.node(nodesdomain.NewNode{PoolID: ts.ID, Name: "new"}, nil)
+	if l, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme", ProvisionState: "adopting"}); err != nil || len(l.Items) != 1 || l.Items[0].Name != "new" ||
+		!slices.Equal(l.Items[0].UnschedulableReasons, []string{nodestate.ReasonProvisionState, nodestate.ReasonRole, nodestate.ReasonConnectivity, nodestate.ReasonObservedGeneration}) {
 		t.Fatalf("adopting list = %+v, %v", l, err)
 	}
-	if l, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme", Connectivity: "disconnected"}); err != nil || len(l.Items) != 1 {
+	if l, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme", Connectivity: "disconnected"}); err != nil || len(l.Items) != 1 {
 		t.Fatalf("disconnected list = %+v, %v", l, err)
 	}
 }
@@ -331,7 +331,7 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 	p := e.pool(e.boot.UserToken, "acme", s.ID, "h100")
 	n := e.node(schedulableNode(p.ID, "gpu-1"), fixture(t, "h100-8x-sxm.json"))
 	events := func() []string {
-		ev, err := c.NodesEvents(ctx, "acme", n.ID, 500)
+		ev, err := nodes.Events.Call(ctx, c, nodes.EventsInput{TenantID: "acme", NodeID: n.ID, Limit: new(500)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,23 +344,23 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 	before := len(events())
 
 	// Delete needs a cordon first.
-	if _, err := c.NodesDelete(ctx, "acme", n.ID); codeOf(err) != core.CodeInvalidState {
+	if _, err := nodes.Delete.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("delete uncordoned = %v, want INVALID_STATE", err)
 	}
-	got, err := c.NodesCordon(ctx, "acme", n.ID)
-	if err != nil || !got.Cordoned || got.Schedulable || !slices.Equal(got.UnschedulableReasons, []string{nodes.ReasonCordoned}) {
+	got, err := nodes.Cordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID})
+	if err != nil || !got.Cordoned || got.Schedulable || !slices.Equal(got.UnschedulableReasons, []string{nodestate.ReasonCordoned}) {
 		t.Fatalf("cordon = %+v, %v", got, err)
 	}
-	if again, err := c.NodesCordon(ctx, "acme", n.ID); err != nil || !again.Cordoned || again.Generation != got.Generation {
+	if again, err := nodes.Cordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil || !again.Cordoned || again.Generation != got.Generation {
 		t.Fatalf("second cordon = %+v, %v", again, err)
 	}
 	if ev := events(); len(ev) != before+1 || ev[0] != nodesdomain.EventCordoned {
 		t.Fatalf("events after two cordons = %v", ev)
 	}
-	if got, err := c.NodesUncordon(ctx, "acme", n.ID); err != nil || got.Cordoned || !got.Schedulable {
+	if got, err := nodes.Uncordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil || got.Cordoned || !got.Schedulable {
 		t.Fatalf("uncordon = %+v, %v", got, err)
 	}
-	if _, err := c.NodesUncordon(ctx, "acme", n.ID); err != nil {
+	if _, err := nodes.Uncordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil {
 		t.Fatal(err)
 	}
 	if ev := events(); len(ev) != before+2 || ev[0] != nodesdomain.EventUncordoned {
@@ -368,16 +368,16 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 	}
 
 	// Labels.
-	got, err = c.NodesLabel(ctx, api.NodesLabelInput{TenantID: "acme", NodeID: n.ID,
+	got, err = nodes.Label.Call(ctx, c, nodes.LabelInput{TenantID: "acme", NodeID: n.ID,
 		Set: map[string]string{"example.com/rack": "r12", "tier": "gold", "empty": ""}})
 	if err != nil || got.Labels["example.com/rack"] != "r12" || got.Labels["tier"] != "gold" || len(got.Labels) != 3 {
 		t.Fatalf("label = %+v, %v", got, err)
 	}
-	got, err = c.NodesLabel(ctx, api.NodesLabelInput{TenantID: "acme", NodeID: n.ID, Set: map[string]string{"tier": "silver"}, Remove: []string{"empty"}})
+	got, err = nodes.Label.Call(ctx, c, nodes.LabelInput{TenantID: "acme", NodeID: n.ID, Set: map[string]string{"tier": "silver"}, Remove: []string{"empty"}})
 	if err != nil || got.Labels["tier"] != "silver" || len(got.Labels) != 2 {
 		t.Fatalf("relabel = %+v, %v", got, err)
 	}
-	for _, bad := range []api.NodesLabelInput{
+	for _, bad := range []nodes.LabelInput{
 		{Set: map[string]string{"-bad": "x"}},
 		{Set: map[string]string{"Example.com/x": "y"}},
 		{Set: map[string]string{"a/b/c": "y"}},
@@ -389,34 +389,34 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 		{},
 	} {
 		bad.TenantID, bad.NodeID = "acme", n.ID
-		if _, err := c.NodesLabel(ctx, bad); codeOf(err) != core.CodeInvalidInput {
+		if _, err := nodes.Label.Call(ctx, c, bad); codeOf(err) != core.CodeInvalidInput {
 			t.Errorf("label %+v = %v, want INVALID_INPUT", bad, err)
 		}
 	}
 
 	// Taints: one per key and effect; removal by key, or key and effect.
-	got, err = c.NodesTaint(ctx, api.NodesTaintInput{TenantID: "acme", NodeID: n.ID, Add: []api.Taint{
+	got, err = nodes.Taint.Call(ctx, c, nodes.TaintInput{TenantID: "acme", NodeID: n.ID, Add: []nodes.NodeTaint{
 		{Key: "gpu", Value: "faulty", Effect: "NoSchedule"}, {Key: "gpu", Effect: "NoExecute"}, {Key: "example.com/drain", Effect: "PreferNoSchedule"}}})
 	if err != nil || len(got.Taints) != 3 {
 		t.Fatalf("taint = %+v, %v", got, err)
 	}
-	got, err = c.NodesTaint(ctx, api.NodesTaintInput{TenantID: "acme", NodeID: n.ID,
-		Add: []api.Taint{{Key: "gpu", Value: "ok", Effect: "NoSchedule"}}, Remove: []api.TaintRef{{Key: "gpu", Effect: "NoExecute"}}})
-	if err != nil || len(got.Taints) != 2 || got.Taints[0] != (api.Taint{Key: "gpu", Value: "ok", Effect: "NoSchedule"}) {
+	got, err = nodes.Taint.Call(ctx, c, nodes.TaintInput{TenantID: "acme", NodeID: n.ID,
+		Add: []nodes.NodeTaint{{Key: "gpu", Value: "ok", Effect: "NoSchedule"}}, Remove: []nodes.TaintRef{{Key: "gpu", Effect: "NoExecute"}}})
+	if err != nil || len(got.Taints) != 2 || got.Taints[0] != (nodes.NodeTaint{Key: "gpu", Value: "ok", Effect: "NoSchedule"}) {
 		t.Fatalf("retaint = %+v, %v", got, err)
 	}
-	if got, err = c.NodesTaint(ctx, api.NodesTaintInput{TenantID: "acme", NodeID: n.ID, Remove: []api.TaintRef{{Key: "gpu"}, {Key: "example.com/drain"}}}); err != nil || len(got.Taints) != 0 {
+	if got, err = nodes.Taint.Call(ctx, c, nodes.TaintInput{TenantID: "acme", NodeID: n.ID, Remove: []nodes.TaintRef{{Key: "gpu"}, {Key: "example.com/drain"}}}); err != nil || len(got.Taints) != 0 {
 		t.Fatalf("untaint = %+v, %v", got, err)
 	}
-	for _, bad := range []api.NodesTaintInput{
-		{Add: []api.Taint{{Key: "gpu", Effect: "Sometimes"}}},
-		{Add: []api.Taint{{Key: "", Effect: "NoSchedule"}}},
-		{Add: []api.Taint{{Key: "gpu", Value: "a b", Effect: "NoSchedule"}}},
-		{Remove: []api.TaintRef{{Key: "gpu", Effect: "Never"}}},
+	for _, bad := range []nodes.TaintInput{
+		{Add: []nodes.NodeTaint{{Key: "gpu", Effect: "Sometimes"}}},
+		{Add: []nodes.NodeTaint{{Key: "", Effect: "NoSchedule"}}},
+		{Add: []nodes.NodeTaint{{Key: "gpu", Value: "a b", Effect: "NoSchedule"}}},
+		{Remove: []nodes.TaintRef{{Key: "gpu", Effect: "Never"}}},
 		{},
 	} {
 		bad.TenantID, bad.NodeID = "acme", n.ID
-		if _, err := c.NodesTaint(ctx, bad); codeOf(err) != core.CodeInvalidInput {
+		if _, err := nodes.Taint.Call(ctx, c, bad); codeOf(err) != core.CodeInvalidInput {
 			t.Errorf("taint %+v = %v, want INVALID_INPUT", bad, err)
 		}
 	}
@@ -426,20 +426,20 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 	}
 
 	// Delete: cordoned, then gone from reads and lists; the name is free.
-	if _, err := c.NodesCordon(ctx, "acme", n.ID); err != nil {
+	if _, err := nodes.Cordon.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); err != nil {
 		t.Fatal(err)
 	}
-	del, err := c.NodesDelete(ctx, "acme", n.ID)
+	del, err := nodes.Delete.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || del.DeletedAt == nil || del.Atoms != 0 {
 		t.Fatalf("delete = %+v, %v", del, err)
 	}
-	if _, err := c.NodesGet(ctx, "acme", n.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("get after delete = %v, want NOT_FOUND", err)
 	}
-	if _, err := c.NodesDelete(ctx, "acme", n.ID); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.Delete.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: n.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("second delete = %v, want NOT_FOUND", err)
 	}
-	if l, err := c.NodesList(ctx, api.NodesListInput{TenantID: "acme"}); err != nil || len(l.Items) != 0 {
+	if l, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: "acme"}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("list after delete = %+v, %v", l, err)
 	}
 	var live int
@@ -492,7 +492,7 @@ func TestNodesInvalidInput(t *testing.T) {
 		`{"tenantId":"acme","nodeId":"` + n.ID + `","add":[{"key":"k","effect":"Maybe"}]}`: "add",
 	})
 	// One snapshot: no diff yet.
-	if _, err := e.client(e.boot.UserToken).InventoryDiff(context.Background(), api.InventoryDiffInput{TenantID: "acme", NodeID: n.ID}); codeOf(err) != core.CodeInvalidState {
+	if _, err := nodes.DiffInventory.Call(context.Background(), e.client(e.boot.UserToken), nodes.InventoryDiffInput{TenantID: "acme", NodeID: n.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("diff of one snapshot = %v, want INVALID_STATE", err)
 	}
 }
@@ -507,30 +507,48 @@ func TestNodesAcrossTenants(t *testing.T) {
 	gp := e.poolWith("globex", gs.ID, "gp", "H100", "", `{}`)
 	gn := e.node(schedulableNode(gp.ID, "g-1"), fixture(t, "h100-8x-sxm.json"))
 	e.ingest(gn.ID, fixture(t, "h200-8x.json"))
-	if got, err := g.NodesGet(ctx, "globex", gn.ID); err != nil || got.ID != gn.ID {
+	if got, err := nodes.Get.Call(ctx, g, nodes.NodeInput{TenantID: "globex", NodeID: gn.ID}); err != nil || got.ID != gn.ID {
 		t.Fatalf("globex get = %+v, %v", got, err)
 	}
 	calls := map[string]func(tenant, id string) error{
-		"get":      func(tn, id string) error { _, err := a.NodesGet(ctx, tn, id); return err },
-		"events":   func(tn, id string) error { _, err := a.NodesEvents(ctx, tn, id, 0); return err },
-		"cordon":   func(tn, id string) error { _, err := a.NodesCordon(ctx, tn, id); return err },
-		"uncordon": func(tn, id string) error { _, err := a.NodesUncordon(ctx, tn, id); return err },
+		"get": func(tn, id string) error {
+			_, err := nodes.Get.Call(ctx, a, nodes.NodeInput{TenantID: tn, NodeID: id})
+			return err
+		},
+		"events": func(tn, id string) error {
+			_, err := nodes.Events.Call(ctx, a, nodes.EventsInput{TenantID: tn, NodeID: id})
+			return err
+		},
+		"cordon": func(tn, id string) error {
+			_, err := nodes.Cordon.Call(ctx, a, nodes.NodeInput{TenantID: tn, NodeID: id})
+			return err
+		},
+		"uncordon": func(tn, id string) error {
+			_, err := nodes.Uncordon.Call(ctx, a, nodes.NodeInput{TenantID: tn, NodeID: id})
+			return err
+		},
 		"label": func(tn, id string) error {
-			_, err := a.NodesLabel(ctx, api.NodesLabelInput{TenantID: tn, NodeID: id, Set: map[string]string{"k": "v"}})
+			_, err := nodes.Label.Call(ctx, a, nodes.LabelInput{TenantID: tn, NodeID: id, Set: map[string]string{"k": "v"}})
 			return err
 		},
 		"taint": func(tn, id string) error {
-			_, err := a.NodesTaint(ctx, api.NodesTaintInput{TenantID: tn, NodeID: id, Add: []api.Taint{{Key: "k", Effect: "NoSchedule"}}})
+			_, err := nodes.Taint.Call(ctx, a, nodes.TaintInput{TenantID: tn, NodeID: id, Add: []nodes.NodeTaint{{Key: "k", Effect: "NoSchedule"}}})
 			return err
 		},
-		"delete":  func(tn, id string) error { _, err := a.NodesDelete(ctx, tn, id); return err },
-		"inv.get": func(tn, id string) error { _, err := a.InventoryGet(ctx, tn, id, 0); return err },
+		"delete": func(tn, id string) error {
+			_, err := nodes.Delete.Call(ctx, a, nodes.NodeInput{TenantID: tn, NodeID: id})
+			return err
+		},
+		"inv.get": func(tn, id string) error {
+			_, err := nodes.GetInventory.Call(ctx, a, nodes.InventoryInput{TenantID: tn, NodeID: id})
+			return err
+		},
 		"inv.history": func(tn, id string) error {
-			_, err := a.InventoryHistory(ctx, api.InventoryHistoryInput{TenantID: tn, NodeID: id})
+			_, err := nodes.GetInventoryHistory.Call(ctx, a, nodes.InventoryHistoryInput{TenantID: tn, NodeID: id})
 			return err
 		},
 		"inv.diff": func(tn, id string) error {
-			_, err := a.InventoryDiff(ctx, api.InventoryDiffInput{TenantID: tn, NodeID: id})
+			_, err := nodes.DiffInventory.Call(ctx, a, nodes.InventoryDiffInput{TenantID: tn, NodeID: id})
 			return err
 		},
 	}
@@ -546,22 +564,22 @@ func TestNodesAcrossTenants(t *testing.T) {
 			t.Errorf("%s into globex = %v, want ACCESS_DENIED", name, err)
 		}
 	}
-	if l, err := a.NodesList(ctx, api.NodesListInput{TenantID: "acme"}); err != nil || len(l.Items) != 0 {
+	if l, err := nodes.List.Call(ctx, a, nodes.ListInput{TenantID: "acme"}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("acme list = %+v, %v", l, err)
 	}
-	if _, err := a.NodesList(ctx, api.NodesListInput{TenantID: "globex"}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.List.Call(ctx, a, nodes.ListInput{TenantID: "globex"}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("acme lists globex = %v, want ACCESS_DENIED", err)
 	}
-	if l, err := g.NodesList(ctx, api.NodesListInput{TenantID: "globex"}); err != nil || len(l.Items) != 1 || l.Items[0].GPUModel != "H200" {
+	if l, err := nodes.List.Call(ctx, g, nodes.ListInput{TenantID: "globex"}); err != nil || len(l.Items) != 1 || l.Items[0].GPUModel != "H200" {
 		t.Fatalf("globex list = %+v, %v", l, err)
 	}
 	// A person of acme with no policy sees nothing and changes nothing.
 	an := e.node(schedulableNode(e.pool(e.boot.UserToken, "acme", e.site(e.boot.UserToken, "acme", "fra-1", "custom").ID, "ap").ID, "a-1"), nil)
 	st := e.client(e.stranger)
-	if _, err := st.NodesGet(ctx, "acme", an.ID); codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.Get.Call(ctx, st, nodes.NodeInput{TenantID: "acme", NodeID: an.ID}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("stranger get = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := st.NodesCordon(ctx, "acme", an.ID); codeOf(err) != core.CodeAccessDenied {
+	if _, err := nodes.Cordon.Call(ctx, st, nodes.NodeInput{TenantID: "acme", NodeID: an.ID}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("stranger cordon = %v, want ACCESS_DENIED", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
@@ -108,11 +109,11 @@ func TestCapacityPreview(t *testing.T) {
 	}
 
 	// A cordoned node is excluded; both cordoned, no schedulable nodes.
-	if _, err := a.NodesCordon(ctx, "acme", first.ID); err != nil {
+	if _, err := nodes.Cordon.Call(ctx, a, nodes.NodeInput{TenantID: "acme", NodeID: first.ID}); err != nil {
 		t.Fatal(err)
 	}
 	wantReason("cordoned first", preview(a, "acme", gpus(6, "sameNode"), start), placement.ReasonInsufficientAtoms, placement.ScopeNode, 6, 5)
-	if _, err := a.NodesCordon(ctx, "acme", second.ID); err != nil {
+	if _, err := nodes.Cordon.Call(ctx, a, nodes.NodeInput{TenantID: "acme", NodeID: second.ID}); err != nil {
 		t.Fatal(err)
 	}
 	got = preview(a, "acme", gpus(1, ""), start)
@@ -121,7 +122,7 @@ func TestCapacityPreview(t *testing.T) {
 		t.Fatalf("candidates = %+v", got.Reasons[0])
 	}
 	for _, n := range []string{first.ID, second.ID} {
-		if _, err := a.NodesUncordon(ctx, "acme", n); err != nil {
+		if _, err := nodes.Uncordon.Call(ctx, a, nodes.NodeInput{TenantID: "acme", NodeID: n}); err != nil {
 			t.Fatal(err)
 		}
 	}

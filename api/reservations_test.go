@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
@@ -24,7 +24,7 @@ import (
 var reservationsT0 = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // h100Pool makes acme's H100 pool with one schedulable 8-GPU node.
-func h100Pool(t *testing.T, e *env) (pools.Pool, api.Node) {
+func h100Pool(t *testing.T, e *env) (pools.Pool, nodes.Node) {
 	t.Helper()
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{}`)

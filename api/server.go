@@ -109,23 +109,13 @@ func New(deps Deps) (*Server, error) {
 		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(deps.Metrics),
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
-		RootTenant: deps.RootTenant, Logger: deps.Logger}
+		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)
 	}
 	if s.registry, s.handlers, err = Served(descriptors); err != nil {
 		return nil, err
-	}
-	for name, h := range s.legacyHandlers() {
-		m, ok := s.registry.Get(name)
-		if !ok || s.handlers[name] != nil {
-			return nil, core.Errorf(core.CodeInvalidConfig, "legacy handler for %s, which the registry lacks or a descriptor serves", name)
-		}
-		if (m.Kind == core.KindAdmission) != (h.Admission != nil) {
-			return nil, core.Errorf(core.CodeInvalidConfig, "%s: an admission method needs an admission handler, and only it", name)
-		}
-		s.handlers[name] = h
 	}
 	if _, err := core.CheckRegistry(deps.Catalog, s.registry); err != nil {
 		return nil, err

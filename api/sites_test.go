@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/core"
@@ -181,7 +182,7 @@ func TestSitesAcrossTenants(t *testing.T) {
 	if list, err := sites.List.Call(ctx, g, rpc.TenantInput{TenantID: "globex"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("globex list = %+v, %v", list, err)
 	}
-	if _, err := g.SystemWhoami(ctx); err != nil { // warm the authentication cache
+	if _, err := api.SystemWhoami.Call(ctx, g, rpc.NoInput{}); err != nil { // warm the authentication cache
 		t.Fatal(err)
 	}
 	pool := core.NewID("pool")

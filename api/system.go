@@ -12,49 +12,22 @@ import (
 // APIVersion is the version of the call contract this server speaks.
 const APIVersion = "v0.1"
 
+// The system methods callers name.
+const (
+	SystemVersion rpc.Ref[rpc.NoInput, VersionOutput] = "system.version"
+	SystemWhoami  rpc.Ref[rpc.NoInput, WhoamiOutput]  = "system.whoami"
+)
+
 // systemMethods are the API's own methods: who is calling, what runs, and
 // whether it is healthy.
 func (s *Server) systemMethods() []rpc.Descriptor {
 	return []rpc.Descriptor{
-		&rpc.Method[rpc.NoInput, VersionOutput]{Name: "system.version", Action: "none (public)", DecidedOn: "nothing",
+		&rpc.Method[rpc.NoInput, VersionOutput]{Name: SystemVersion, Action: "none (public)", DecidedOn: "nothing",
 			Phase: "v0.1", Kind: core.KindRead, Direct: s.systemVersion},
-		&rpc.Method[rpc.NoInput, WhoamiOutput]{Name: "system.whoami", Action: "none (public)", DecidedOn: "nothing",
+		&rpc.Method[rpc.NoInput, WhoamiOutput]{Name: SystemWhoami, Action: "none (public)", DecidedOn: "nothing",
 			Phase: "v0.1", Kind: core.KindRead, Direct: s.systemWhoami},
 		&rpc.Method[rpc.TenantInput, SelfCheckOutput]{Name: "system.selfCheck", Action: "compute:fleet:admin",
 			DecidedOn: "compute-fleet", Phase: "v0.1", Kind: core.KindRead, Direct: s.systemSelfCheck},
-	}
-}
-
-// legacyHandlers are the methods not yet described by a domain's descriptors.
-func (s *Server) legacyHandlers() map[string]*rpc.Handler {
-	return map[string]*rpc.Handler{
-		// The nodes' SSH certificates stay planned.
-		"nodes.list":        {List: s.nodesList},
-		"nodes.get":         {Run: s.nodesGet},
-		"nodes.events":      {Run: s.nodesEvents},
-		"nodes.cordon":      {Run: s.nodesCordon},
-		"nodes.drain":       {Run: s.nodesDrain, After: s.afterDrain},
-		"nodes.adopt":       {Run: s.nodesAdopt},
-		"nodes.uncordon":    {Run: s.nodesUncordon},
-		"nodes.label":       {Run: s.nodesLabel},
-		"nodes.taint":       {Run: s.nodesTaint},
-		"nodes.delete":      {Run: s.nodesDelete},
-		"joinTokens.create": {Run: s.joinTokensCreate},
-		"joinTokens.list":   {Run: s.joinTokensList},
-		"joinTokens.revoke": {Run: s.joinTokensRevoke},
-
-		"joinRequests.list":    {Run: s.joinRequestsList},
-		"joinRequests.approve": {Run: s.joinRequestsApprove},
-		"joinRequests.reject":  {Run: s.joinRequestsReject},
-		"nodes.revokeIdentity": {Run: s.nodesRevokeIdentity},
-
-		"inventory.get":     {Run: s.inventoryGet},
-		"inventory.history": {Run: s.inventoryHistory},
-		"inventory.diff":    {Run: s.inventoryDiff},
-		"commands.run":      {Run: s.commandsRun},
-		"commands.get":      {Run: s.commandsGet},
-		"commands.list":     {Run: s.commandsList},
-		"commands.cancel":   {Run: s.commandsCancel},
 	}
 }
 

@@ -563,14 +563,6 @@ var (
 	crsFamily      = Field{Name: "family", Type: FieldString, Enum: []string{"storage", "network", "edge", "data", "platform", "ai", "observability"}}
 )
 
-// The nodes' fields; the provision states are core/nodes.ProvisionStates.
-var (
-	nodeID              = IDField("nodeId", "node", true)
-	listLimit           = Field{Name: "limit", Type: FieldInteger}
-	nodeProvisionStates = []string{"adopting", "adopted", "enrolling", "inspecting", "commissioning", "ready",
-		"deploying", "deployed", "releasing", "rescue", "failed", "retiring", "retired"}
-)
-
 func optional(f Field) Field { f.Required = false; return f }
 
 func nullable(f Field) Field { f.Nullable = true; return f }
@@ -580,58 +572,6 @@ func nullable(f Field) Field { f.Nullable = true; return f }
 // completes it. Projects' fields are not in the spec: name and description
 // are this choice.
 var explicitSchemas = map[string][]Field{
-	// Nodes and inventory ("The fleet", items 4-6). nodeId is the decided-on
-	// node; limits and sequence numbers are checked by the handlers
-	// (limit in [1, 500], seq at least 1).
-	"nodes.list": {TenantIDField(), IDField("poolId", "pool", false),
-		{Name: "provisionState", Type: FieldString, Enum: nodeProvisionStates},
-		{Name: "connectivity", Type: FieldString, Enum: []string{"connected", "disconnected", "unreachable", "lost"}},
-		{Name: "schedulable", Type: FieldBoolean}},
-	"nodes.get":      {TenantIDField(), nodeID},
-	"nodes.events":   {TenantIDField(), nodeID, listLimit},
-	"nodes.cordon":   {TenantIDField(), nodeID},
-	"nodes.uncordon": {TenantIDField(), nodeID},
-	"nodes.adopt":    {TenantIDField(), nodeID},
-	"nodes.drain": {TenantIDField(), nodeID,
-		{Name: "mode", Type: FieldString, Enum: []string{"wait", "release"}}},
-	"nodes.label": {TenantIDField(), nodeID, {Name: "set", Type: FieldObject, MaxBytes: 16 << 10},
-		{Name: "remove", Type: FieldArray, MaxBytes: 16 << 10}},
-	"nodes.taint": {TenantIDField(), nodeID, {Name: "add", Type: FieldArray, MaxBytes: 16 << 10},
-		{Name: "remove", Type: FieldArray, MaxBytes: 16 << 10}},
-	"nodes.delete":      {TenantIDField(), nodeID},
-	"joinTokens.list":   {TenantIDField(), IDField("poolId", "pool", true)},
-	"joinTokens.revoke": {TenantIDField(), IDField("poolId", "pool", true), IDField("tokenId", "jtok", true)},
-	// joinTokens.create: the handler checks ttlSeconds in [60, 2592000]
-	// (default 86400) and maxUses in [1, 10000] (default 1).
-	"joinTokens.create": {TenantIDField(), IDField("poolId", "pool", true),
-		{Name: "name", Type: FieldString, MaxLength: 128},
-		{Name: "ttlSeconds", Type: FieldInteger}, {Name: "maxUses", Type: FieldInteger}},
-
-	// Join requests (a pool whose policy.acceptance lists approval) and
-	// node identities (docs/agent-protocol.md).
-	"joinRequests.list": {TenantIDField(), IDField("poolId", "pool", true),
-		{Name: "state", Type: FieldString, Enum: []string{"pending", "approved", "rejected", "expired"}}},
-	"joinRequests.approve": {TenantIDField(), IDField("poolId", "pool", true), IDField("joinRequestId", "jreq", true)},
-	"joinRequests.reject":  {TenantIDField(), IDField("poolId", "pool", true), IDField("joinRequestId", "jreq", true)},
-	"nodes.revokeIdentity": {TenantIDField(), nodeID},
-
-	"inventory.get":     {TenantIDField(), nodeID, {Name: "seq", Type: FieldInteger}},
-	"inventory.history": {TenantIDField(), nodeID, listLimit, {Name: "beforeSeq", Type: FieldInteger}},
-	"inventory.diff":    {TenantIDField(), nodeID, {Name: "fromSeq", Type: FieldInteger}, {Name: "toSeq", Type: FieldInteger}},
-
-	// Node commands (docs/agent-protocol.md, "Commands"). The handler checks
-	// args per kind, notBefore and notAfter (epoch ms; notAfter in the
-	// future, within a year), minGeneration at least 0 and limit in [1, 500].
-	"commands.run": {TenantIDField(), nodeID,
-		{Name: "kind", Type: FieldString, Required: true, Enum: []string{"exec", "cdi.expose", "cdi.withdraw", "inventory.refresh", "reboot"}},
-		{Name: "args", Type: FieldObject, MaxBytes: 64 << 10},
-		{Name: "notBefore", Type: FieldInteger}, {Name: "notAfter", Type: FieldInteger},
-		{Name: "minGeneration", Type: FieldInteger}, optional(IdempotencyKeyField())},
-	"commands.get": {TenantIDField(), nodeID, IDField("commandId", "cmd", true)},
-	"commands.list": {TenantIDField(), nodeID, listLimit, {Name: "state", Type: FieldString,
-		Enum: []string{"queued", "delivered", "running", "succeeded", "failed", "skipped", "cancelled", "expired"}}},
-	"commands.cancel": {TenantIDField(), nodeID, IDField("commandId", "cmd", true)},
-
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},
 	"cloudResources.signals": {TenantIDField(), IDField("poolId", "pool", true), IDField("resourceId", "crs", false)},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
@@ -114,7 +115,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := admin.JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: root, PoolID: pool.ID, Name: "e2e"})
+	tok, err := nodes.CreateJoinToken.Call(ctx, admin, nodes.CreateJoinTokenInput{TenantID: root, PoolID: pool.ID, Name: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +123,9 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	a.start("join", "--api", s.APIURL(), "--token", tok.Token, "--name", a.name, "--poll-interval", "100ms")
 
 	// The join waits for an operator.
-	var req api.JoinRequest
+	var req nodes.JoinRequest
 	testutil.Eventually(t, agentWait, "a pending join request", func() bool {
-		l, err := admin.JoinRequestsList(ctx, root, pool.ID, "pending")
+		l, err := nodes.ListJoinRequests.Call(ctx, admin, nodes.ListJoinRequestsInput{TenantID: root, PoolID: pool.ID, State: "pending"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	if req.Name != a.name || req.HardwareKey == "" {
 		t.Fatalf("join request %+v", req)
 	}
-	approved, err := admin.JoinRequestsApprove(ctx, root, pool.ID, req.ID)
+	approved, err := nodes.ApproveJoinRequest.Call(ctx, admin, nodes.JoinRequestInput{TenantID: root, PoolID: pool.ID, JoinRequestID: req.ID})
 	if err != nil || approved.NodeID == "" {
 		t.Fatalf("approve = %+v, %v", approved, err)
 	}
@@ -144,8 +145,8 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 		t.Fatalf("bcd node join: %v\n%s", err, a.log)
 	}
 	nodeID := approved.NodeID
-	node := func() api.Node {
-		n, err := admin.NodesGet(ctx, root, nodeID)
+	node := func() nodes.Node {
+		n, err := nodes.Get.Call(ctx, admin, nodes.NodeInput{TenantID: root, NodeID: nodeID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,12 +166,12 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 		args, _ := json.Marshal(map[string]any{"argv": []string{"/bin/sh", "-c", "echo " + word + " >> " + marker}})
 		return args
 	}
-	first, err := admin.CommandsRun(ctx, api.CommandsRunInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("first")})
+	first, err := nodes.RunCommand.Call(ctx, admin, nodes.RunCommandInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("first")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, agentWait, "the first command's result", func() bool {
-		c, err := admin.CommandsGet(ctx, root, nodeID, first.ID)
+		c, err := nodes.GetCommand.Call(ctx, admin, nodes.CommandInput{TenantID: root, NodeID: nodeID, CommandID: first.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,8 +195,8 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	// A command queued while the agent is down that expires before it is
 	// back is never run.
 	notAfter := time.Now().Add(1500 * time.Millisecond)
-	late, err := admin.CommandsRun(ctx, api.CommandsRunInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("late"),
-		NotAfter: notAfter.UnixMilli()})
+	late, err := nodes.RunCommand.Call(ctx, admin, nodes.RunCommandInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("late"),
+		NotAfter: new(int64(notAfter.UnixMilli()))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,18 +208,18 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	// Restart: connected again, nothing re-run, the late command expired.
 	a.start("run")
 	testutil.Eventually(t, agentWait, "the node back", func() bool { return node().Connectivity == "connected" })
-	after, err := admin.CommandsRun(ctx, api.CommandsRunInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("after")})
+	after, err := nodes.RunCommand.Call(ctx, admin, nodes.RunCommandInput{TenantID: root, NodeID: nodeID, Kind: "exec", Args: appendLine("after")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, agentWait, "the command after the restart", func() bool {
-		c, err := admin.CommandsGet(ctx, root, nodeID, after.ID)
+		c, err := nodes.GetCommand.Call(ctx, admin, nodes.CommandInput{TenantID: root, NodeID: nodeID, CommandID: after.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c.State == "succeeded"
 	})
-	if c, err := admin.CommandsGet(ctx, root, nodeID, late.ID); err != nil || c.State != "expired" {
+	if c, err := nodes.GetCommand.Call(ctx, admin, nodes.CommandInput{TenantID: root, NodeID: nodeID, CommandID: late.ID}); err != nil || c.State != "expired" {
 		t.Fatalf("the late command = %+v, %v; want expired", c, err)
 	}
 	runs, err := os.ReadFile(marker)
@@ -227,7 +228,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 	}
 
 	// Revocation: the session ends at once and the agent is refused.
-	if _, err := admin.NodesRevokeIdentity(ctx, root, nodeID); err != nil {
+	if _, err := nodes.RevokeIdentity.Call(ctx, admin, nodes.NodeInput{TenantID: root, NodeID: nodeID}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, agentWait, "the revoked node disconnected", func() bool { return node().Connectivity != "connected" })

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core/placement"
@@ -232,7 +233,7 @@ func TestDevStackOverHTTP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes, err := api.NewClient(base, token).NodesList(context.Background(), api.NodesListInput{TenantID: "root", PoolID: s.Demo().PoolID})
+		nodes, err := nodes.List.Call(context.Background(), api.NewClient(base, token), nodes.ListInput{TenantID: "root", PoolID: s.Demo().PoolID})
 		if err != nil || len(nodes.Items) != 2 {
 			t.Fatalf("demo nodes = %+v, %v; want 2", nodes.Items, err)
 		}

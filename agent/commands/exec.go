@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// execArgs are an exec command's args (api.ExecArgs).
+// execArgs are an exec command's args (store/nodes.ExecArgs).
 type execArgs struct {
 	Argv           []string          `json:"argv"`
 	TimeoutSeconds int64             `json:"timeoutSeconds"`

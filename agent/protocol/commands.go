@@ -36,3 +36,17 @@ const (
 // CommandStates are every state.
 var CommandStates = []CommandState{CommandQueued, CommandDelivered, CommandRunning, CommandSucceeded,
 	CommandFailed, CommandSkipped, CommandCancelled, CommandExpired}
+
+// Enum lists every kind, so an input field of this type takes only these.
+func (CommandKind) Enum() []string { return names(CommandKinds) }
+
+// Enum lists every state, so an input field of this type takes only these.
+func (CommandState) Enum() []string { return names(CommandStates) }
+
+func names[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}

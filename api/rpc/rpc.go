@@ -17,6 +17,7 @@ import (
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -62,6 +63,9 @@ type Deps struct {
 	// RootTenant is the platform's tenant.
 	RootTenant string
 	Logger     *slog.Logger
+	// NodeCA signs the certificates of admitted nodes; nil when none is
+	// configured.
+	NodeCA *nodeca.CA
 }
 
 // Resource names a resource of a catalog type ("pool") by its full name.

@@ -26,6 +26,10 @@ const (
 var ProvisionStates = []ProvisionState{Adopting, Adopted, Enrolling, Inspecting, Commissioning, Ready,
 	Deploying, Deployed, Releasing, Rescue, Failed, Retiring, Retired}
 
+// Enum lists every provision state, so an input field of this type takes
+// only these.
+func (ProvisionState) Enum() []string { return names(ProvisionStates) }
+
 // Power is what the BMC says of the node's power.
 type Power string
 
@@ -52,6 +56,18 @@ const (
 
 // Connectivities lists every connectivity state.
 var Connectivities = []Connectivity{Connected, Disconnected, Unreachable, Lost}
+
+// Enum lists every connectivity state, so an input field of this type takes
+// only these.
+func (Connectivity) Enum() []string { return names(Connectivities) }
+
+func names[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
 
 // Role is what a node is for.
 type Role string

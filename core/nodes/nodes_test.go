@@ -58,3 +58,13 @@ func TestAxesHaveTheSpecsValues(t *testing.T) {
 		t.Fatal("an axis lost or gained a value")
 	}
 }
+
+// The types an input field may have list their values for its schema.
+func TestEnumsListEveryValue(t *testing.T) {
+	if got := ProvisionState("").Enum(); len(got) != len(ProvisionStates) || got[0] != string(Adopting) || got[12] != string(Retired) {
+		t.Fatalf("provision states = %v", got)
+	}
+	if got := Connectivity("").Enum(); !slices.Equal(got, []string{"connected", "disconnected", "unreachable", "lost"}) {
+		t.Fatalf("connectivities = %v", got)
+	}
+}

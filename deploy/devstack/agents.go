@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/sites"
 )
 
@@ -169,7 +170,7 @@ func (s *Stack) awaitAgents(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, agentsReadyTimeout)
 	defer cancel()
 	for {
-		l, err := c.NodesList(ctx, api.NodesListInput{TenantID: s.tokens.RootTenantID, PoolID: s.demo.PoolID})
+		l, err := nodes.List.Call(ctx, c, nodes.ListInput{TenantID: s.tokens.RootTenantID, PoolID: s.demo.PoolID})
 		ready := 0
 		if err == nil {
 			for _, n := range l.Items {
@@ -197,8 +198,8 @@ func (s *Stack) agentJoinToken(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	t, err := api.NewClient(s.apiURL, admin).JoinTokensCreate(ctx, api.JoinTokensCreateInput{TenantID: s.tokens.RootTenantID,
-		PoolID: s.demo.PoolID, Name: "dev agents", TTLSeconds: agentTokenTTL, MaxUses: int64(s.opts.Agents)})
+	t, err := nodes.CreateJoinToken.Call(ctx, api.NewClient(s.apiURL, admin), nodes.CreateJoinTokenInput{TenantID: s.tokens.RootTenantID,
+		PoolID: s.demo.PoolID, Name: "dev agents", TTLSeconds: new(int64(agentTokenTTL)), MaxUses: new(int64(s.opts.Agents))})
 	if err != nil {
 		return "", fmt.Errorf("join token for the dev agents: %w", err)
 	}

@@ -17,11 +17,13 @@ import (
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/reservations"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
-	"github.com/better-compute/better-compute/core/nodes"
+	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
@@ -164,11 +166,11 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	conns := max(cfg.clients, cfg.contentionCalls)
 	admin := httpClient(stack.APIURL(), adminToken, 4)
 	user := httpClient(stack.APIURL(), userToken, conns)
-	adminWho, err := admin.SystemWhoami(ctx)
+	adminWho, err := api.SystemWhoami.Call(ctx, admin, rpc.NoInput{})
 	if err != nil {
 		return fail(fmt.Errorf("whoami (admin): %w", err))
 	}
-	userWho, err := user.SystemWhoami(ctx)
+	userWho, err := api.SystemWhoami.Call(ctx, user, rpc.NoInput{})
 	if err != nil {
 		return fail(fmt.Errorf("whoami (user): %w", err))
 	}
@@ -224,8 +226,8 @@ func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poo
 		}
 		err = st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 			node, err := nodesdomain.Create(ctx, tx, types, nodesdomain.NewNode{PoolID: poolID, Name: fmt.Sprintf("%s-%d", prefix, n),
-				ProvisionState: nodes.Deployed, Role: nodes.RoleHost, Trust: nodes.TrustPlatform,
-				Power: nodes.PowerOn, Connectivity: nodes.Connected, ObservedGeneration: 1})
+				ProvisionState: nodestate.Deployed, Role: nodestate.RoleHost, Trust: nodestate.TrustPlatform,
+				Power: nodestate.PowerOn, Connectivity: nodestate.Connected, ObservedGeneration: 1})
 			if err != nil {
 				return err
 			}
@@ -241,7 +243,7 @@ func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poo
 
 // poolGPUs sums the GPUs of the pool's nodes, as its owner sees them.
 func poolGPUs(ctx context.Context, admin *api.Client, tenant, poolID string) (int, error) {
-	list, err := admin.NodesList(ctx, api.NodesListInput{TenantID: tenant, PoolID: poolID})
+	list, err := nodes.List.Call(ctx, admin, nodes.ListInput{TenantID: tenant, PoolID: poolID})
 	if err != nil {
 		return 0, fmt.Errorf("nodes of pool %s: %w", poolID, err)
 	}

@@ -1,4 +1,4 @@
-package api
+package nodes
 
 import (
 	"bytes"
@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
-	domain "github.com/better-compute/better-compute/store/nodes"
 )
 
 // Command is a node command as the API returns it (docs/agent-protocol.md,
@@ -41,29 +41,14 @@ type Command struct {
 	CancelRequestedAt *int64 `json:"cancelRequestedAt,omitempty"`
 }
 
-// CommandList is commands.list's answer, newest (highest seq) first.
-type CommandList struct {
-	Items []Command `json:"items"`
-}
-
-// Command kinds, as commands.run takes them.
+// Bounds of a command's args and timing that depend on its kind or on the
+// clock, so no input schema can say them.
 const (
-	CommandExec             = store.CommandExec
-	CommandCDIExpose        = store.CommandCDIExpose
-	CommandCDIWithdraw      = store.CommandCDIWithdraw
-	CommandInventoryRefresh = store.CommandInventoryRefresh
-	CommandReboot           = store.CommandReboot
-)
-
-// commands.run's bounds.
-const (
-	defaultCommandLimit = 100
-	maxCommandLimit     = 500
-	maxExecTimeout      = 3600
-	maxExecArgs         = 256
-	maxExecArgBytes     = 4096
-	maxExecEnv          = 128
-	maxCDIDevices       = 64
+	maxExecTimeout  = 3600
+	maxExecArgs     = 256
+	maxExecArgBytes = 4096
+	maxExecEnv      = 128
+	maxCDIDevices   = 64
 	// notBefore and notAfter at most this far ahead.
 	maxCommandHorizon = 366 * 24 * time.Hour
 )
@@ -86,6 +71,14 @@ func commandOf(c store.NodeCommand) Command {
 		CancelRequestedAt: msPtr(c.CancelRequestedAt)}
 }
 
+func commandsOf(rows []store.NodeCommand) []Command {
+	out := make([]Command, len(rows))
+	for i, r := range rows {
+		out[i] = commandOf(r)
+	}
+	return out
+}
+
 // ExecArgs are an exec command's args: argv run directly (no shell), a
 // timeout in seconds (default 60, at most 3600) and extra environment.
 type ExecArgs struct {
@@ -95,8 +88,8 @@ type ExecArgs struct {
 }
 
 // CDIExposeArgs are a cdi.expose command's args as stored: the reservation
-// whose devices the CDI spec names, the GPU indices (the API resolves
-// device ids to them) and the CDI kind (default nvidia.com/gpu).
+// whose devices the CDI spec names, the GPU indices (device ids are
+// resolved to them) and the CDI kind (default nvidia.com/gpu).
 type CDIExposeArgs struct {
 	ReservationID string `json:"reservationId"`
 	Devices       []int  `json:"devices"`
@@ -106,6 +99,132 @@ type CDIExposeArgs struct {
 // CDIWithdrawArgs are a cdi.withdraw command's args.
 type CDIWithdrawArgs struct {
 	ReservationID string `json:"reservationId"`
+}
+
+// NewCommand is a command to queue. NotBefore and NotAfter are epoch
+// milliseconds; with an IdempotencyKey, a retry answers the command that
+// key queued.
+type NewCommand struct {
+	Kind           string
+	Args           json.RawMessage
+	NotBefore      *int64
+	NotAfter       *int64
+	MinGeneration  *int64
+	IdempotencyKey string
+	CreatedBy      string
+}
+
+// RunCommand queues a command for the tenant's live node. Its args are
+// checked per kind; notBefore and notAfter bound when it may run, notAfter
+// in the future and after notBefore, both within a year. The key with
+// another request is CONFLICT.
+func RunCommand(ctx context.Context, tx store.Tx, tenantID, nodeID string, in NewCommand) (Command, error) {
+	now := time.Now()
+	horizon := now.Add(maxCommandHorizon).UnixMilli()
+	var notBefore, notAfter *time.Time
+	if in.NotBefore != nil {
+		if *in.NotBefore > horizon {
+			return Command{}, badField("notBefore", "range", "notBefore must be epoch milliseconds within a year")
+		}
+		t := time.UnixMilli(*in.NotBefore)
+		notBefore = &t
+	}
+	if in.NotAfter != nil {
+		if *in.NotAfter <= now.UnixMilli() {
+			return Command{}, badField("notAfter", "past", "notAfter is in the past")
+		}
+		if *in.NotAfter > horizon {
+			return Command{}, badField("notAfter", "range", "notAfter must be within a year")
+		}
+		if in.NotBefore != nil && *in.NotAfter <= *in.NotBefore {
+			return Command{}, badField("notAfter", "range", "notAfter must be after notBefore")
+		}
+		t := time.UnixMilli(*in.NotAfter)
+		notAfter = &t
+	}
+	n, err := Get(ctx, tx, tenantID, nodeID, false)
+	if err != nil {
+		return Command{}, err
+	}
+	if n.Adapter != "bcd/v1" {
+		return Command{}, core.Errorf(core.CodeInvalidState, "node %s runs no node agent (adapter %s): it takes no commands", n.ID, n.Adapter).
+			WithDetails(map[string]any{"reason": "adapter"})
+	}
+	args, err := commandArgs(ctx, tx, n.ID, in.Kind, in.Args)
+	if err != nil {
+		return Command{}, err
+	}
+	rawArgs, err := json.Marshal(args)
+	if err != nil {
+		return Command{}, err
+	}
+	want := store.NodeCommand{NodeID: n.ID, TenantID: n.TenantID, Kind: in.Kind, Args: rawArgs, NotBefore: notBefore,
+		NotAfter: notAfter, MinGeneration: in.MinGeneration, CreatedBy: in.CreatedBy}
+	got, err := store.QueueNodeCommand(ctx, tx, want, in.IdempotencyKey)
+	if err != nil {
+		return Command{}, err
+	}
+	if in.IdempotencyKey != "" && !sameCommand(got, want) {
+		return Command{}, core.Errorf(core.CodeConflict, "idempotencyKey %q was used with another request", in.IdempotencyKey).
+			WithDetails(map[string]any{"field": "idempotencyKey", "commandId": got.ID})
+	}
+	return commandOf(got), nil
+}
+
+// GetCommand reads a command of the tenant's live node.
+func GetCommand(ctx context.Context, tx store.Tx, tenantID, nodeID, id string) (Command, error) {
+	if _, err := Get(ctx, tx, tenantID, nodeID, false); err != nil {
+		return Command{}, err
+	}
+	cmd, err := store.GetNodeCommand(ctx, tx, tenantID, nodeID, id)
+	if err != nil {
+		return Command{}, err
+	}
+	return commandOf(cmd), nil
+}
+
+// ListCommands answers the commands of the tenant's live node, newest
+// first, in state when given, at most limit.
+func ListCommands(ctx context.Context, tx store.Tx, tenantID, nodeID, state string, limit int) ([]Command, error) {
+	if _, err := Get(ctx, tx, tenantID, nodeID, false); err != nil {
+		return nil, err
+	}
+	rows, err := store.ListNodeCommands(ctx, tx, tenantID, nodeID, state, limit)
+	if err != nil {
+		return nil, err
+	}
+	return commandsOf(rows), nil
+}
+
+// CancelCommand cancels a command of the tenant's live node: a queued one
+// at once; a delivered or running one is recorded cancelled with
+// cancelRequestedAt, and the node's session tells the agent to stop it. A
+// cancelled one is answered unchanged; a finished one is INVALID_STATE.
+func CancelCommand(ctx context.Context, tx store.Tx, tenantID, nodeID, id string) (Command, error) {
+	if _, err := Get(ctx, tx, tenantID, nodeID, false); err != nil {
+		return Command{}, err
+	}
+	cmd, err := store.CancelNodeCommand(ctx, tx, tenantID, nodeID, id)
+	if err != nil {
+		return Command{}, err
+	}
+	return commandOf(cmd), nil
+}
+
+// sameCommand reports whether a command queued under an idempotency key is
+// the one want asks for.
+func sameCommand(have, want store.NodeCommand) bool {
+	var a, b any
+	if json.Unmarshal(have.Args, &a) != nil || json.Unmarshal(want.Args, &b) != nil {
+		return false
+	}
+	sameTime := func(x, y *time.Time) bool {
+		return (x == nil) == (y == nil) && (x == nil || x.UnixMilli() == y.UnixMilli())
+	}
+	sameGen := (have.MinGeneration == nil) == (want.MinGeneration == nil) &&
+		(have.MinGeneration == nil || *have.MinGeneration == *want.MinGeneration)
+	return have.Kind == want.Kind && reflect.DeepEqual(a, b) && sameTime(have.NotBefore, want.NotBefore) &&
+		sameTime(have.NotAfter, want.NotAfter) && sameGen
 }
 
 // argsObject reads args as an object whose keys are exactly among allowed
@@ -119,7 +238,7 @@ func argsObject(raw json.RawMessage, allowed ...string) (map[string]json.RawMess
 		return nil, badField("args", "type", "args must be an object")
 	}
 	for k := range obj {
-		if !strings.Contains(","+strings.Join(allowed, ",")+",", ","+k+",") {
+		if !slices.Contains(allowed, k) {
 			return nil, badField("args."+k, "unknown", "args of this kind have no field %q", k)
 		}
 	}
@@ -142,9 +261,9 @@ func argField(obj map[string]json.RawMessage, name string, v any, required bool)
 
 // commandArgs checks a kind's args and answers them as stored. cdi.expose's
 // device ids are resolved to their GPU's index on the node.
-func (s *Server) commandArgs(ctx context.Context, tx store.Tx, nodeID, kind string, raw json.RawMessage) (any, error) {
+func commandArgs(ctx context.Context, tx store.Tx, nodeID, kind string, raw json.RawMessage) (any, error) {
 	switch kind {
-	case CommandExec:
+	case store.CommandExec:
 		obj, err := argsObject(raw, "argv", "timeoutSeconds", "env")
 		if err != nil {
 			return nil, err
@@ -178,7 +297,7 @@ func (s *Server) commandArgs(ctx context.Context, tx store.Tx, nodeID, kind stri
 			}
 		}
 		return a, nil
-	case CommandCDIExpose:
+	case store.CommandCDIExpose:
 		obj, err := argsObject(raw, "reservationId", "devices", "kind")
 		if err != nil {
 			return nil, err
@@ -196,7 +315,7 @@ func (s *Server) commandArgs(ctx context.Context, tx store.Tx, nodeID, kind stri
 		}
 		seen := map[int]bool{}
 		for _, d := range devices {
-			idx, err := s.gpuIndex(ctx, tx, nodeID, d)
+			idx, err := gpuIndex(ctx, tx, nodeID, d)
 			if err != nil {
 				return nil, err
 			}
@@ -213,14 +332,14 @@ func (s *Server) commandArgs(ctx context.Context, tx store.Tx, nodeID, kind stri
 			return nil, badField("args.kind", "pattern", "args.kind must be a CDI kind, vendor/class (nvidia.com/gpu)")
 		}
 		return a, nil
-	case CommandCDIWithdraw:
+	case store.CommandCDIWithdraw:
 		obj, err := argsObject(raw, "reservationId")
 		if err != nil {
 			return nil, err
 		}
 		var a CDIWithdrawArgs
 		return a, reservationArg(obj, &a.ReservationID)
-	case CommandInventoryRefresh, CommandReboot:
+	case store.CommandInventoryRefresh, store.CommandReboot:
 		if _, err := argsObject(raw); err != nil {
 			return nil, err
 		}
@@ -242,7 +361,7 @@ func reservationArg(obj map[string]json.RawMessage, id *string) error {
 // gpuIndex reads one of cdi.expose's devices: a GPU index (a non-negative
 // integer) or the id of one of the node's live GPU devices (a MIG or
 // shared slot is its parent GPU's), answered as the GPU's index.
-func (s *Server) gpuIndex(ctx context.Context, tx store.Tx, nodeID string, raw json.RawMessage) (int, error) {
+func gpuIndex(ctx context.Context, tx store.Tx, nodeID string, raw json.RawMessage) (int, error) {
 	var idx int
 	if json.Unmarshal(raw, &idx) == nil {
 		if idx < 0 || idx > 1023 {
@@ -259,161 +378,4 @@ func (s *Server) gpuIndex(ctx context.Context, tx store.Tx, nodeID string, raw j
 		return 0, err
 	}
 	return indexes[0], nil
-}
-
-// commandsRun queues a command for the tenant's live node. Its args are
-// checked per kind; notBefore and notAfter (epoch ms) bound when it may run,
-// notAfter in the future. With an idempotencyKey, a retry answers the
-// command that key queued; the key with another request is CONFLICT.
-func (s *Server) commandsRun(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	var in struct {
-		NodeID         string          `json:"nodeId"`
-		Kind           string          `json:"kind"`
-		Args           json.RawMessage `json:"args"`
-		NotBefore      *int64          `json:"notBefore"`
-		NotAfter       *int64          `json:"notAfter"`
-		MinGeneration  *int64          `json:"minGeneration"`
-		IdempotencyKey string          `json:"idempotencyKey"`
-	}
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	horizon := now.Add(maxCommandHorizon).UnixMilli()
-	var notBefore, notAfter *time.Time
-	if in.NotBefore != nil {
-		if *in.NotBefore < 0 || *in.NotBefore > horizon {
-			return nil, badField("notBefore", "range", "notBefore must be epoch milliseconds within a year")
-		}
-		t := time.UnixMilli(*in.NotBefore)
-		notBefore = &t
-	}
-	if in.NotAfter != nil {
-		if *in.NotAfter <= now.UnixMilli() {
-			return nil, badField("notAfter", "past", "notAfter is in the past")
-		}
-		if *in.NotAfter > horizon {
-			return nil, badField("notAfter", "range", "notAfter must be within a year")
-		}
-		if in.NotBefore != nil && *in.NotAfter <= *in.NotBefore {
-			return nil, badField("notAfter", "range", "notAfter must be after notBefore")
-		}
-		t := time.UnixMilli(*in.NotAfter)
-		notAfter = &t
-	}
-	if in.MinGeneration != nil && *in.MinGeneration < 0 {
-		return nil, badField("minGeneration", "range", "minGeneration must be at least 0")
-	}
-	n, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false)
-	if err != nil {
-		return nil, err
-	}
-	if n.Adapter != "bcd/v1" {
-		return nil, core.Errorf(core.CodeInvalidState, "node %s runs no node agent (adapter %s): it takes no commands", n.ID, n.Adapter).
-			WithDetails(map[string]any{"reason": "adapter"})
-	}
-	args, err := s.commandArgs(ctx, tx, n.ID, in.Kind, in.Args)
-	if err != nil {
-		return nil, err
-	}
-	rawArgs, err := json.Marshal(args)
-	if err != nil {
-		return nil, err
-	}
-	want := store.NodeCommand{NodeID: n.ID, TenantID: n.TenantID, Kind: in.Kind, Args: rawArgs, NotBefore: notBefore,
-		NotAfter: notAfter, MinGeneration: in.MinGeneration, CreatedBy: c.Caller.IdentityID}
-	got, err := store.QueueNodeCommand(ctx, tx, want, in.IdempotencyKey)
-	if err != nil {
-		return nil, err
-	}
-	if in.IdempotencyKey != "" && !sameCommand(got, want) {
-		return nil, core.Errorf(core.CodeConflict, "idempotencyKey %q was used with another request", in.IdempotencyKey).
-			WithDetails(map[string]any{"field": "idempotencyKey", "commandId": got.ID})
-	}
-	return commandOf(got), nil
-}
-
-// sameCommand reports whether a command queued under an idempotency key is
-// the one want asks for.
-func sameCommand(have, want store.NodeCommand) bool {
-	var a, b any
-	if json.Unmarshal(have.Args, &a) != nil || json.Unmarshal(want.Args, &b) != nil {
-		return false
-	}
-	sameTime := func(x, y *time.Time) bool {
-		return (x == nil) == (y == nil) && (x == nil || x.UnixMilli() == y.UnixMilli())
-	}
-	sameGen := (have.MinGeneration == nil) == (want.MinGeneration == nil) &&
-		(have.MinGeneration == nil || *have.MinGeneration == *want.MinGeneration)
-	return have.Kind == want.Kind && reflect.DeepEqual(a, b) && sameTime(have.NotBefore, want.NotBefore) &&
-		sameTime(have.NotAfter, want.NotAfter) && sameGen
-}
-
-type commandIDInput struct {
-	NodeID    string `json:"nodeId"`
-	CommandID string `json:"commandId"`
-}
-
-// commandsGet reads a command of the tenant's live node.
-func (s *Server) commandsGet(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	var in commandIDInput
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	if _, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
-		return nil, err
-	}
-	cmd, err := store.GetNodeCommand(ctx, tx, c.TenantID, in.NodeID, in.CommandID)
-	if err != nil {
-		return nil, err
-	}
-	return commandOf(cmd), nil
-}
-
-// commandsList answers the commands of the tenant's live node, newest
-// first, in state when given, at most limit (default 100, at most 500).
-func (s *Server) commandsList(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	var in struct {
-		NodeID string `json:"nodeId"`
-		State  string `json:"state"`
-		Limit  *int   `json:"limit"`
-	}
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	limit, err := limitOf(in.Limit, defaultCommandLimit, maxCommandLimit)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
-		return nil, err
-	}
-	rows, err := store.ListNodeCommands(ctx, tx, c.TenantID, in.NodeID, in.State, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := CommandList{Items: make([]Command, len(rows))}
-	for i, r := range rows {
-		out.Items[i] = commandOf(r)
-	}
-	return out, nil
-}
-
-// commandsCancel cancels a command of the tenant's live node: a queued one
-// at once; a delivered or running one is recorded cancelled with
-// cancelRequestedAt, and the node's session tells the agent to stop it. A
-// cancelled one is answered unchanged; a finished one is INVALID_STATE.
-func (s *Server) commandsCancel(ctx context.Context, c *Call, tx store.Tx) (any, error) {
-	var in commandIDInput
-	if err := decode(c.Input, &in); err != nil {
-		return nil, err
-	}
-	if _, err := domain.Get(ctx, tx, c.TenantID, in.NodeID, false); err != nil {
-		return nil, err
-	}
-	cmd, err := store.CancelNodeCommand(ctx, tx, c.TenantID, in.NodeID, in.CommandID)
-	if err != nil {
-		return nil, err
-	}
-	return commandOf(cmd), nil
 }

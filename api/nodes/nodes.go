@@ -1,0 +1,213 @@
+// Package nodes describes the methods of the nodes domain: nodes.*, the
+// join tokens and join requests by which machines become nodes, their
+// inventory and their commands. Handlers call store/nodes; nodes.drain
+// starts the node's drain workflow once the drain is committed.
+package nodes
+
+import (
+	"context"
+
+	nodesact "github.com/better-compute/better-compute/activities/nodes"
+	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/core"
+	states "github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
+)
+
+// The nodes domain's types, as the methods answer them.
+type (
+	Node          = domain.Node
+	NodeCondition = domain.Condition
+	NodeTaint     = domain.Taint
+	TaintRef      = domain.TaintRef
+	NodeEvent     = domain.Event
+)
+
+// NodeList is nodes.list's answer.
+type NodeList struct {
+	Items []Node `json:"items"`
+}
+
+// NodeEventList is nodes.events' answer, newest first.
+type NodeEventList struct {
+	Items []NodeEvent `json:"items"`
+}
+
+// EventAdopted records an adoption.
+const EventAdopted = domain.EventAdopted
+
+// defaultLimit is the page of nodes.events, inventory.history and
+// commands.list when the input names none (their schemas bound it to
+// [1, 500]).
+const defaultLimit = 100
+
+// limitOr is the input's limit, or the default.
+func limitOr(limit *int) int {
+	if limit == nil {
+		return defaultLimit
+	}
+	return *limit
+}
+
+// NodeInput names one node.
+type NodeInput struct {
+	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	NodeID   string `json:"nodeId" jsonschema:"required" id:"node"`
+}
+
+// ListInput is nodes.list's input: the tenant's live nodes, filtered by
+// pool, provision state, connectivity and computed schedulability.
+type ListInput struct {
+	TenantID       string                `json:"tenantId" jsonschema:"required" id:"tenant"`
+	PoolID         string                `json:"poolId,omitempty" id:"pool"`
+	ProvisionState states.ProvisionState `json:"provisionState,omitempty"`
+	Connectivity   states.Connectivity   `json:"connectivity,omitempty"`
+	Schedulable    *bool                 `json:"schedulable,omitempty"`
+}
+
+// EventsInput is nodes.events' input; limit defaults to 100.
+type EventsInput struct {
+	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	NodeID   string `json:"nodeId" jsonschema:"required" id:"node"`
+	Limit    *int   `json:"limit,omitempty" jsonschema:"minimum=1,maximum=500"`
+}
+
+// DrainInput is nodes.drain's input. Mode wait (the default) waits until
+// no reservation holds the node's atoms any more; release releases the
+// active ones and cancels those not begun.
+type DrainInput struct {
+	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	NodeID   string `json:"nodeId" jsonschema:"required" id:"node"`
+	Mode     string `json:"mode,omitempty" jsonschema:"enum=wait,enum=release"`
+}
+
+// LabelInput is nodes.label's input: labels to set and to remove (the
+// domain checks their keys and values).
+type LabelInput struct {
+	TenantID string            `json:"tenantId" jsonschema:"required" id:"tenant"`
+	NodeID   string            `json:"nodeId" jsonschema:"required" id:"node"`
+	Set      map[string]string `json:"set,omitempty" maxBytes:"16384"`
+	Remove   []string          `json:"remove,omitempty" maxBytes:"16384"`
+}
+
+// TaintInput is nodes.taint's input: taints to add and to remove (the
+// domain checks their keys, values and effects).
+type TaintInput struct {
+	TenantID string      `json:"tenantId" jsonschema:"required" id:"tenant"`
+	NodeID   string      `json:"nodeId" jsonschema:"required" id:"node"`
+	Add      []NodeTaint `json:"add,omitempty" maxBytes:"16384"`
+	Remove   []TaintRef  `json:"remove,omitempty" maxBytes:"16384"`
+}
+
+// The nodes.* methods (but the join requests' nodes.revokeIdentity).
+const (
+	List     rpc.Ref[ListInput, NodeList]        = "nodes.list"
+	Get      rpc.Ref[NodeInput, Node]            = "nodes.get"
+	Events   rpc.Ref[EventsInput, NodeEventList] = "nodes.events"
+	Cordon   rpc.Ref[NodeInput, Node]            = "nodes.cordon"
+	Uncordon rpc.Ref[NodeInput, Node]            = "nodes.uncordon"
+	Drain    rpc.Ref[DrainInput, Node]           = "nodes.drain"
+	Label    rpc.Ref[LabelInput, Node]           = "nodes.label"
+	Taint    rpc.Ref[TaintInput, Node]           = "nodes.taint"
+	Adopt    rpc.Ref[NodeInput, Node]            = "nodes.adopt"
+	Delete   rpc.Ref[NodeInput, Node]            = "nodes.delete"
+)
+
+// methods are the handlers and what they share.
+type methods struct{ d rpc.Deps }
+
+// Methods describes the nodes domain's methods. The nodes' SSH
+// certificates stay planned.
+func Methods(d rpc.Deps) []rpc.Descriptor {
+	m := methods{d}
+	return append(m.nodes(), append(m.joins(), append(m.inventory(), m.commands()...)...)...)
+}
+
+func (m methods) nodes() []rpc.Descriptor {
+	d := m.d
+	return []rpc.Descriptor{
+		&rpc.Method[ListInput, NodeList]{Name: List, Action: "compute:nodes:read", DecidedOn: "compute-tenant + items",
+			Phase: "v0.1", Kind: core.KindRead,
+			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (rpc.Page, error) {
+				items, err := domain.List(ctx, tx, d.Catalog.FullName(domain.ResourceType), c.TenantID,
+					domain.Filter{PoolID: in.PoolID, ProvisionState: string(in.ProvisionState),
+						Connectivity: string(in.Connectivity), Schedulable: in.Schedulable},
+					rpc.ListLimit)
+				return rpc.PageOf(items, func(n Node) iam.Resource { return d.Resource(domain.ResourceType, n.ID) },
+					func(kept []Node) any { return NodeList{Items: kept} }), err
+			}},
+		&rpc.Method[NodeInput, Node]{Name: Get, Action: "compute:nodes:read", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindRead,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in NodeInput) (Node, error) {
+				return domain.Get(ctx, tx, c.TenantID, in.NodeID, false)
+			}},
+		&rpc.Method[EventsInput, NodeEventList]{Name: Events, Action: "compute:nodes:read", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindRead,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in EventsInput) (NodeEventList, error) {
+				items, err := domain.Events(ctx, tx, c.TenantID, in.NodeID, limitOr(in.Limit))
+				return NodeEventList{Items: items}, err
+			}},
+		&rpc.Method[NodeInput, Node]{Name: Cordon, Action: "compute:nodes:cordon", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in NodeInput) (Node, error) {
+				return domain.SetCordon(ctx, tx, c.TenantID, in.NodeID, true, c.Caller.IdentityID)
+			}},
+		// Uncordoning also ends a drain.
+		&rpc.Method[NodeInput, Node]{Name: Uncordon, Action: "compute:nodes:cordon", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in NodeInput) (Node, error) {
+				return domain.SetCordon(ctx, tx, c.TenantID, in.NodeID, false, c.Caller.IdentityID)
+			}},
+		// A drain cordons the node (the pool's disruption budget bounds the
+		// drains) and, once committed, starts its drain workflow
+		// (NodeDrainWorkflow, id <nodeId>/drain), which marks it drained.
+		&rpc.Method[DrainInput, Node]{Name: Drain, Action: "compute:nodes:drain", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in DrainInput) (Node, error) {
+				mode := in.Mode
+				if mode == "" {
+					mode = nodesact.DrainWait
+				}
+				return domain.Drain(ctx, tx, c.TenantID, in.NodeID, mode, c.Caller.IdentityID)
+			},
+			After: m.afterDrain},
+		&rpc.Method[LabelInput, Node]{Name: Label, Action: "compute:nodes:update", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in LabelInput) (Node, error) {
+				return domain.Label(ctx, tx, c.TenantID, in.NodeID, in.Set, in.Remove, c.Caller.IdentityID)
+			}},
+		&rpc.Method[TaintInput, Node]{Name: Taint, Action: "compute:nodes:update", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in TaintInput) (Node, error) {
+				return domain.SetTaints(ctx, tx, c.TenantID, in.NodeID, in.Add, in.Remove, c.Caller.IdentityID)
+			}},
+		// Adoption completes the takeover of a machine that already ran bcd
+		// and joined a pool whose acceptance asks for more than approval.
+		&rpc.Method[NodeInput, Node]{Name: Adopt, Action: "compute:nodes:provision", DecidedOn: "compute-node",
+			Phase: "v0.1", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in NodeInput) (Node, error) {
+				return domain.Adopt(ctx, tx, c.TenantID, in.NodeID, c.Caller.IdentityID)
+			}},
+		// Only a cordoned node is deleted (softly).
+		&rpc.Method[NodeInput, Node]{Name: Delete, Action: "compute:nodes:delete", DecidedOn: "compute-node",
+			Phase: "v0.2", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in NodeInput) (Node, error) {
+				return domain.Delete(ctx, tx, c.TenantID, in.NodeID, c.Caller.IdentityID)
+			}},
+	}
+}
+
+// afterDrain starts the node's drain workflow once the drain is committed.
+// Without a Temporal client (tests of the API alone) nothing drives drains.
+func (m methods) afterDrain(ctx context.Context, _ *rpc.Call, _ DrainInput, n Node) (Node, error) {
+	if n.DrainState != "draining" || m.d.Temporal == nil {
+		return n, nil
+	}
+	if err := nodesact.StartNodeDrain(ctx, m.d.Temporal, m.d.TaskQueue,
+		nodesact.NodeDrainParams{TenantID: n.TenantID, NodeID: n.ID, Mode: n.DrainMode}); err != nil {
+		return Node{}, core.Wrap(core.CodeUnavailable, err, "the node is draining, but its drain workflow could not be started; drain it again")
+	}
+	return n, nil
+}
