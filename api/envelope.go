@@ -266,9 +266,6 @@ func scopeOf(m core.Method, input json.RawMessage) (string, error) {
 	return in.Scope, nil
 }
 
-// listLimit bounds one page of every list.
-const listLimit = rpc.ListLimit
-
 // listRetryWait is how long a list waits for the projection to catch up
 // when IAM does not know an item yet, before it reloads the page once.
 const listRetryWait = 100 * time.Millisecond

@@ -567,10 +567,11 @@ func optional(f Field) Field { f.Required = false; return f }
 
 func nullable(f Field) Field { f.Nullable = true; return f }
 
-// explicitSchemas are the methods whose whole input the spec (or this
-// issue) fixes; every other method gets derivedFields until its issue
-// completes it. Projects' fields are not in the spec: name and description
-// are this issue's choice.
+// explicitSchemas are planned methods whose whole input the spec fixes
+// (cloud-resources-api.md): a call with the spec's fields reaches the
+// planned answer rather than INVALID_INPUT. A served method's schema comes
+// from its descriptor's input type, never from here; every other planned
+// method takes the fields its decisions read.
 var explicitSchemas = map[string][]Field{
 	"cloudResources.kinds":   {TenantIDField(), IDField("poolId", "pool", true)},
 	"cloudResources.catalog": {TenantIDField(), IDField("poolId", "pool", true), {Name: "installsOn", Type: FieldString, Enum: []string{"instance", "kubernetes"}}},
