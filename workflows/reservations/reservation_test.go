@@ -29,6 +29,8 @@ type recorder struct {
 	extendedTo int64
 	// binding is what BindStatus answers, one per call, then "bound".
 	binding []string
+	// markActive is the activation's mock, to make it take time.
+	markActive *testsuite.MockCallWrapper
 }
 
 func (r *recorder) record(name, tenantID, id string) error {
@@ -45,12 +47,12 @@ func (r *recorder) record(name, tenantID, id string) error {
 func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
 	r.env = env
 	Register(env, &activities.Reservations{})
-	on := func(name string, fn any) {
+	on := func(name string, fn any) *testsuite.MockCallWrapper {
 		args := make([]any, reflect.TypeOf(fn).NumIn())
 		for i := range args {
 			args[i] = mock.Anything
 		}
-		env.OnActivity(name, args...).Return(fn)
+		return env.OnActivity(name, args...).Return(fn)
 	}
 	on(activities.ActivityBind, func(_ context.Context, tenantID, id string, _ time.Duration) (string, error) {
 		return "binding", nil
@@ -66,7 +68,7 @@ func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
 	on(activities.ActivityFailBinding, func(_ context.Context, tenantID, id, reason string) error {
 		return r.record(activities.ActivityFailBinding+"("+reason+")", tenantID, id)
 	})
-	on(activities.ActivityMarkActive, func(_ context.Context, tenantID, id string) (string, error) {
+	r.markActive = on(activities.ActivityMarkActive, func(_ context.Context, tenantID, id string) (string, error) {
 		if r.activation == "" {
 			r.activation = "active"
 		}
@@ -289,6 +291,29 @@ func TestReservationCancelledBeforeItsStart(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	wantCalls(t, r)
+}
+
+// PostgreSQL shows the reservation active once the activation commits, a
+// moment before the workflow learns it: a release the API accepted on that
+// row is taken, waits for the activation, then releases.
+func TestReservationReleaseWhileActivationLands(t *testing.T) {
+	env, r := newEnv(t)
+	r.markActive.After(time.Hour)
+	var acc, rej *bool
+	var out *error
+	env.RegisterDelayedCallback(func() { acc, rej, out = update(env, activities.UpdateRelease, "release-early") }, 90*time.Minute)
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	res := result(t, env)
+	if res.State != "released" || res.Reason != "release" {
+		t.Fatalf("result = %+v", res)
+	}
+	if !*acc || *rej || *out != nil {
+		t.Fatalf("release accepted %v rejected %v outcome %v", *acc, *rej, *out)
+	}
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityRelease)
+	if got := r.at[1]; got.Before(t0.Add(2 * time.Hour)) {
+		t.Fatalf("released at %v, before the activation landed", got)
+	}
 }
 
 func TestReservationCancelledWhileActivating(t *testing.T) {
