@@ -25,12 +25,12 @@ func Served(descriptors []rpc.Descriptor) (*core.Registry, map[string]*rpc.Handl
 	handlers := make(map[string]*rpc.Handler, len(descriptors))
 	var problems []string
 	for _, d := range descriptors {
-		info := d.Info()
-		if err := describes(d, table, index, handlers); err != nil {
+		info, h := d.Info(), d.Handler()
+		if err := describes(info, h, table, index, handlers); err != nil {
 			problems = append(problems, err.Error())
 			continue
 		}
-		handlers[info.Name] = d.Handler()
+		handlers[info.Name] = h
 	}
 	if len(problems) > 0 {
 		slices.Sort(problems)
@@ -46,8 +46,7 @@ func Served(descriptors []rpc.Descriptor) (*core.Registry, map[string]*rpc.Handl
 
 // describes checks one descriptor against its row and, when it agrees,
 // puts the method with the descriptor's input schema into table.
-func describes(d rpc.Descriptor, table []core.Method, index map[string]int, served map[string]*rpc.Handler) error {
-	info := d.Info()
+func describes(info rpc.Info, h *rpc.Handler, table []core.Method, index map[string]int, served map[string]*rpc.Handler) error {
 	i, ok := index[info.Name]
 	switch {
 	case !ok:
@@ -61,7 +60,7 @@ func describes(d rpc.Descriptor, table []core.Method, index map[string]int, serv
 			return fmt.Errorf("%s: %s %q, the table says %q", info.Name, c[0], c[1], c[2])
 		}
 	}
-	if err := rpc.Check(d); err != nil {
+	if err := rpc.Check(info, h); err != nil {
 		return err
 	}
 	schema, err := core.SchemaFor(info.Input)

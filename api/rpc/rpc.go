@@ -278,9 +278,8 @@ func PageOf[T any](rows []T, resource func(T) iam.Resource, wrap func([]T) any) 
 	return p
 }
 
-// Check reports a descriptor whose handler shape does not fit its kind.
-func Check(d Descriptor) error {
-	info, h := d.Info(), d.Handler()
+// Check reports a handler whose shape does not fit its method's kind.
+func Check(info Info, h *Handler) error {
 	set := 0
 	for _, b := range []bool{h.Direct != nil, h.Run != nil, h.List != nil, h.Admission != nil} {
 		if b {
