@@ -32,15 +32,26 @@ func LockReservationState(ctx context.Context, tx Tx, tenantID, id string) (rese
 // SetReservationState moves reservation id from one state to the next
 // (INVALID_STATE when the table has no such edge, CONFLICT when the row is
 // no longer in from). failure, when not nil, records why it failed.
+// Reaching a terminal state records ended_at, and the end reason when no
+// step recorded one (SetReservationEndReason); every change's event
+// carries the end reason once there is one.
 func SetReservationState(ctx context.Context, tx Tx, tenantID, id string, from, to reservations.State, failure json.RawMessage) error {
 	if err := reservations.Transition(from, to); err != nil {
 		return err
 	}
+	var defaultReason *string
+	if r := reservations.DefaultEndReason(to); r != "" {
+		defaultReason = (*string)(&r)
+	}
 	var poolID, projectID, class string
-	err := tx.QueryRow(ctx, `UPDATE reservations SET state = $4, failure = COALESCE($5, failure), updated_at = now()
+	var endReason *string
+	err := tx.QueryRow(ctx, `UPDATE reservations SET state = $4, failure = COALESCE($5, failure), updated_at = now(),
+			end_reason = COALESCE(end_reason, $6),
+			ended_at = CASE WHEN $7 THEN COALESCE(ended_at, now()) ELSE ended_at END
 		WHERE id = $1 AND tenant_id = $2 AND state = $3
-		RETURNING pool_id, project_id, COALESCE(devices->>'class', '')`,
-		id, tenantID, string(from), string(to), failure).Scan(&poolID, &projectID, &class)
+		RETURNING pool_id, project_id, COALESCE(devices->>'class', ''), end_reason`,
+		id, tenantID, string(from), string(to), failure, defaultReason, reservations.Terminal(to)).
+		Scan(&poolID, &projectID, &class, &endReason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return core.Errorf(core.CodeConflict, "reservation %s is no longer %s", id, from)
 	}
@@ -50,6 +61,9 @@ func SetReservationState(ctx context.Context, tx Tx, tenantID, id string, from, 
 	data := map[string]any{"from": string(from), "to": string(to), "poolId": poolID}
 	if failure != nil {
 		data["failure"] = failure
+	}
+	if endReason != nil {
+		data["endReason"] = *endReason
 	}
 	if err := PublishEvent(ctx, tx, Event{TenantID: tenantID, Type: "reservation." + string(to),
 		ResourceType: "reservation", ResourceID: id, ProjectID: projectID, Data: data}); err != nil {
@@ -68,6 +82,15 @@ func SetReservationState(ctx context.Context, tx Tx, tenantID, id string, from, 
 		return CloseUsage(ctx, tx, id)
 	}
 	return nil
+}
+
+// SetReservationEndReason records why the reservation is ending, before
+// the step that begins the ending walks its states; the first reason
+// recorded is kept, so a release that races the window's end keeps
+// whichever began first.
+func SetReservationEndReason(ctx context.Context, tx Tx, id string, reason reservations.EndReason) error {
+	_, err := tx.Exec(ctx, `UPDATE reservations SET end_reason = COALESCE(end_reason, $2) WHERE id = $1`, id, string(reason))
+	return err
 }
 
 // CutReservationBookings frees a reservation's atoms from now on: a booking
@@ -121,6 +144,9 @@ func PreemptReservation(ctx context.Context, tx Tx, tenantID, id, by string, at 
 		path = []reservations.State{reservations.Released}
 	default:
 		return nil
+	}
+	if err := SetReservationEndReason(ctx, tx, id, reservations.EndPreempt); err != nil {
+		return err
 	}
 	for i, to := range path {
 		var f json.RawMessage

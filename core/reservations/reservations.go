@@ -95,3 +95,45 @@ func Transition(from, to State) error {
 
 // String implements fmt.Stringer.
 func (s State) String() string { return string(s) }
+
+// EndReason says why a reservation ended: it tells apart endings that
+// reach the same state (a lease lapse and a release both end released).
+type EndReason string
+
+// The end reasons.
+const (
+	EndOfWindow EndReason = "end"       // its window's end came
+	EndLease    EndReason = "lease"     // its allocation lease was not renewed in time
+	EndRelease  EndReason = "release"   // reservations.release
+	EndCancel   EndReason = "cancel"    // reservations.cancel, before it was active
+	EndPreempt  EndReason = "preempted" // a spot reservation whose atoms another took
+	EndNodeLost EndReason = "nodeLost"  // a node it was allocated on became lost
+	EndFailed   EndReason = "failed"    // placement or binding failed
+)
+
+// EndReasons lists every end reason.
+var EndReasons = []EndReason{EndOfWindow, EndLease, EndRelease, EndCancel, EndPreempt, EndNodeLost, EndFailed}
+
+// Enum lists the end reasons' values, for schemas.
+func (EndReason) Enum() []string {
+	out := make([]string, len(EndReasons))
+	for i, r := range EndReasons {
+		out[i] = string(r)
+	}
+	return out
+}
+
+// DefaultEndReason is the reason recorded when a reservation reaches the
+// terminal state to and no step recorded one before: "" for denied, which
+// never began.
+func DefaultEndReason(to State) EndReason {
+	switch to {
+	case Cancelled:
+		return EndCancel
+	case Failed:
+		return EndFailed
+	case Released:
+		return EndRelease
+	}
+	return ""
+}

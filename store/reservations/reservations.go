@@ -50,9 +50,13 @@ type Reservation struct {
 	LeaseExpiresAt *int64          `json:"leaseExpiresAt,omitempty"`
 	Spot           bool            `json:"spot"`
 	Failure        json.RawMessage `json:"failure,omitempty"`
-	Allocations    []Allocation    `json:"allocations"`
-	CreatedAt      int64           `json:"createdAt"`
-	UpdatedAt      int64           `json:"updatedAt"`
+	// EndReason says why it ended (core/reservations.EndReasons), once its
+	// ending began; EndedAt when it reached a terminal state (epoch ms).
+	EndReason   string       `json:"endReason,omitempty"`
+	EndedAt     *int64       `json:"endedAt,omitempty"`
+	Allocations []Allocation `json:"allocations"`
+	CreatedAt   int64        `json:"createdAt"`
+	UpdatedAt   int64        `json:"updatedAt"`
 }
 
 // Allocation is one node's share of a reservation.
@@ -79,13 +83,14 @@ var gpuClasses = map[string]bool{placement.ClassGPU: true, placement.ClassMIG: t
 const columns = `r.id, r.tenant_id, r.owner_identity_id, r.pool_id, r.project_id, r.state, r.devices,
 	(extract(epoch FROM r.starts_at) * 1000)::bigint, (extract(epoch FROM r.ends_at) * 1000)::bigint,
 	r.binding, r.lease_seconds, (extract(epoch FROM r.lease_expires_at) * 1000)::bigint, r.spot, r.failure,
+	COALESCE(r.end_reason, ''), (extract(epoch FROM r.ended_at) * 1000)::bigint,
 	(extract(epoch FROM r.created_at) * 1000)::bigint, (extract(epoch FROM r.updated_at) * 1000)::bigint`
 
 func scan(row pgx.Row) (Reservation, error) {
 	var r Reservation
 	var failure []byte
 	err := row.Scan(&r.ID, &r.TenantID, &r.OwnerIdentityID, &r.PoolID, &r.ProjectID, &r.State, &r.Devices, &r.Start, &r.End,
-		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.CreatedAt, &r.UpdatedAt)
+		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.EndReason, &r.EndedAt, &r.CreatedAt, &r.UpdatedAt)
 	if failure != nil {
 		r.Failure = failure
 	}
