@@ -29,6 +29,10 @@ const (
 	// SignalCancel tells the workflow of a reservation the API cancelled
 	// before it became active, so it stops waiting for the start.
 	SignalCancel = "cancel"
+	// SignalChanged tells the workflow that its reservation's row changed
+	// outside it (released or cancelled by the API without a live run, or
+	// failed because its node was lost), so it reads the row again.
+	SignalChanged = "changed"
 
 	ActivityBind        = "ReservationBind"
 	ActivityBindStatus  = "ReservationBindStatus"

@@ -32,7 +32,7 @@ func TestRegisterKeepsThePersistedNames(t *testing.T) {
 	// Running workflows are updated, signalled and scheduled by name too.
 	for got, want := range map[string]string{
 		activities.UpdateRenew: "renew", activities.UpdateRelease: "release", activities.UpdateExtend: "extend",
-		activities.SignalCancel: "cancel", activities.ReconcileReservationsScheduleID: "reservations-reconciler",
+		activities.SignalCancel: "cancel", activities.SignalChanged: "changed", activities.ReconcileReservationsScheduleID: "reservations-reconciler",
 	} {
 		if got != want {
 			t.Errorf("name %q, want %q", got, want)
