@@ -1,14 +1,21 @@
 // Package postgres runs a local PostgreSQL cluster from the machine's own
 // PostgreSQL binaries: the dev stack keeps one under .dev/postgres and the
 // test harness starts a throwaway one per test binary.
+//
+// Every connection, over TCP or the unix socket, authenticates with the
+// superuser's password (scram-sha-256): a cluster that trusted local
+// connections would let any local OS user write its rows.
 package postgres
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -35,6 +42,12 @@ type Options struct {
 	SocketDir string
 	// User is the database superuser (default "postgres").
 	User string
+	// Password is the superuser's password, which every connection must
+	// give. Start sets it on the cluster, also on one an earlier start
+	// (or an older version of this package, which trusted local
+	// connections) left; empty generates a random one, for clusters that
+	// do not outlive the process.
+	Password string
 	// Settings are extra postgresql.conf settings, passed with -c at start.
 	Settings map[string]string
 	// LogFile receives the server's log (default DataDir/postgres.log).
@@ -96,12 +109,25 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(c.opts.DataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+	_, err = os.Stat(filepath.Join(c.opts.DataDir, "PG_VERSION"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		if err := c.initdb(ctx); err != nil {
 			return nil, err
 		}
+	case err != nil:
+		return nil, err
+	default:
+		// The cluster may have been made with another password, or none.
+		c.stopStale(ctx)
+		if err := c.setPassword(ctx); err != nil {
+			return nil, err
+		}
 	}
-	if err := c.takeOver(ctx); err != nil {
+	if err := c.writeHBA(); err != nil {
+		return nil, err
+	}
+	if err := c.startServer(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -120,6 +146,11 @@ func prepare(ctx context.Context, o Options, bindir string) (*Cluster, error) {
 		o.User = "postgres"
 	}
 	var err error
+	if o.Password == "" {
+		if o.Password, err = GeneratePassword(); err != nil {
+			return nil, err
+		}
+	}
 	if o.DataDir, err = filepath.Abs(o.DataDir); err != nil {
 		return nil, err
 	}
@@ -158,10 +189,70 @@ func prepare(ctx context.Context, o Options, bindir string) (*Cluster, error) {
 // running on it (its parent was killed before it could stop it) is stopped
 // first so this process owns the cluster.
 func (c *Cluster) takeOver(ctx context.Context) error {
+	c.stopStale(ctx)
+	return c.startServer(ctx)
+}
+
+// stopStale stops a server still running on the data directory.
+func (c *Cluster) stopStale(ctx context.Context) {
 	if c.pgCtl(ctx, "status") == nil {
 		_ = c.pgCtl(ctx, "stop", "-m", "fast", "-w")
 	}
-	return c.startServer(ctx)
+}
+
+// GeneratePassword returns a random password (128 bits, hex) for a cluster.
+func GeneratePassword() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("postgres: generate a password: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// hbaConf admits, over the unix socket and TCP from this machine, only
+// clients that prove the password; replication (a replica's base backup and
+// stream) included.
+const hbaConf = `# Written by better-compute at every start: every connection gives the password.
+# TYPE  DATABASE     USER  ADDRESS   METHOD
+local   all          all             scram-sha-256
+host    all          all   samehost  scram-sha-256
+local   replication  all             scram-sha-256
+host    replication  all   samehost  scram-sha-256
+`
+
+// writeHBA replaces the cluster's pg_hba.conf with hbaConf, so that a
+// cluster made with other rules (trust) takes these at its next start.
+func (c *Cluster) writeHBA() error {
+	path := filepath.Join(c.opts.DataDir, "pg_hba.conf")
+	if err := os.WriteFile(path, []byte(hbaConf), 0o600); err != nil {
+		return fmt.Errorf("postgres: write pg_hba.conf: %w", err)
+	}
+	return c.chown(path)
+}
+
+// setPassword sets the superuser's password on the stopped cluster, in
+// single-user mode, which needs no authentication: the cluster's old
+// password, if any, need not be known.
+func (c *Cluster) setPassword(ctx context.Context) error {
+	stmt := fmt.Sprintf("ALTER ROLE %s PASSWORD %s\n",
+		pgx.Identifier{c.opts.User}.Sanitize(), quoteLiteral(c.opts.Password))
+	cmd := c.command(ctx, filepath.Join(c.bindir, "postgres"),
+		"--single", "-D", c.opts.DataDir, "-c", "password_encryption=scram-sha-256", "postgres")
+	cmd.Stdin = strings.NewReader(stmt)
+	out, err := cmd.CombinedOutput()
+	// The server echoes a failed statement; the password stays out of errors.
+	text := strings.ReplaceAll(string(out), c.opts.Password, "xxxxx")
+	if err != nil {
+		return fmt.Errorf("postgres: set the password in single-user mode: %w\n%s", err, text)
+	}
+	if strings.Contains(text, "ERROR:") {
+		return fmt.Errorf("postgres: set the password in single-user mode:\n%s", text)
+	}
+	return nil
+}
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 // startServer runs postgres as our child, in its own process group so a
@@ -216,6 +307,7 @@ func (c *Cluster) settings() []string {
 		"port":                    strconv.Itoa(o.Port),
 		"unix_socket_directories": o.SocketDir,
 		"max_connections":         "200",
+		"password_encryption":     "scram-sha-256",
 	}
 	for k, v := range o.Settings {
 		settings[k] = v
@@ -229,8 +321,27 @@ func (c *Cluster) settings() []string {
 }
 
 func (c *Cluster) initdb(ctx context.Context) error {
+	// initdb reads the password from a file; it lives next to the data
+	// directory (which initdb wants empty), readable by the server's OS
+	// user only, for as long as initdb runs.
+	pwfile, err := os.CreateTemp(filepath.Dir(c.opts.DataDir), ".pwfile-")
+	if err != nil {
+		return fmt.Errorf("postgres: initdb password file: %w", err)
+	}
+	defer os.Remove(pwfile.Name())
+	_, err = pwfile.WriteString(c.opts.Password + "\n")
+	if cerr := pwfile.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = c.chown(pwfile.Name())
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: initdb password file: %w", err)
+	}
 	cmd := c.command(ctx, filepath.Join(c.bindir, "initdb"),
-		"-D", c.opts.DataDir, "-U", c.opts.User, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+		"-D", c.opts.DataDir, "-U", c.opts.User, "--auth=scram-sha-256", "--pwfile="+pwfile.Name(),
+		"-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("postgres: initdb failed: %w\n%s", err, out)
 	}
@@ -334,6 +445,22 @@ func (c *Cluster) checkReachable(ctx context.Context, dir string) error {
 	}
 }
 
+// ServerUserCanReach reports whether the OS user a cluster's server runs as
+// can enter dir: always when this process is not root (the server runs as
+// this process's user), else whether the postgres OS user can, which it
+// cannot when a parent such as /root is private.
+func ServerUserCanReach(ctx context.Context, dir string) (bool, error) {
+	if os.Geteuid() != 0 {
+		return true, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return false, fmt.Errorf("postgres: running as root needs a postgres OS user: %w", err)
+	}
+	c := &Cluster{osUser: u}
+	return c.command(ctx, "/bin/sh", "-c", `cd "$1"`, "sh", dir).Run() == nil, nil
+}
+
 func (c *Cluster) touchOwned(path string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -352,17 +479,36 @@ func (c *Cluster) chown(path string) error {
 	return os.Chown(path, uid, gid)
 }
 
-// Host, Port, User and SocketDir describe how to reach the server.
+// Host, Port, User, Password and SocketDir describe how to reach the server.
 func (c *Cluster) Host() string      { return c.opts.Host }
 func (c *Cluster) Port() int         { return c.opts.Port }
 func (c *Cluster) User() string      { return c.opts.User }
+func (c *Cluster) Password() string  { return c.opts.Password }
 func (c *Cluster) SocketDir() string { return c.opts.SocketDir }
 func (c *Cluster) BinDir() string    { return c.bindir }
 
-// URL is a connection URL for database db over TCP.
+// URL is a connection URL for database db over TCP. It carries the
+// password: print RedactURL of it, never it.
 func (c *Cluster) URL(db string) string {
-	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable",
-		c.opts.User, net.JoinHostPort(c.opts.Host, strconv.Itoa(c.opts.Port)), db)
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(c.opts.User, c.opts.Password),
+		Host:     net.JoinHostPort(c.opts.Host, strconv.Itoa(c.opts.Port)),
+		Path:     "/" + db,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
+}
+
+// RedactURL returns a connection URL with its password, if any, replaced by
+// "xxxxx", for banners and logs. Anything else (a key=value connection
+// string, which may hold a password anywhere) becomes "(not a URL)".
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "(not a URL)"
+	}
+	return u.Redacted()
 }
 
 // EnsureDatabase creates database db (from template when not empty) unless it

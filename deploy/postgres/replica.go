@@ -31,9 +31,10 @@ type ReplicaOptions struct {
 }
 
 // StartReplica makes a streaming replica of c, a hot standby that serves
-// read-only queries: it takes a base backup of c with pg_basebackup (through
-// c's unix socket, which the replication line initdb writes into pg_hba.conf
-// trusts; the defaults wal_level=replica and max_wal_senders=10 suffice) and
+// read-only queries, with c's superuser and password (and pg_hba.conf): it
+// takes a base backup of c with pg_basebackup (through c's unix socket, with
+// the password; the defaults wal_level=replica and max_wal_senders=10
+// suffice) and
 // starts it like Start does: a child process that dies with its parent,
 // stopped by Stop. The replica uses no replication slot, so one that is
 // stopped for long may fall too far behind to resume.
@@ -50,6 +51,7 @@ func (c *Cluster) StartReplica(ctx context.Context, o ReplicaOptions) (*Cluster,
 		Host:     c.opts.Host,
 		Port:     o.Port,
 		User:     c.opts.User,
+		Password: c.opts.Password,
 		Settings: settings,
 	}, c.bindir)
 	if err != nil {
@@ -81,6 +83,10 @@ func (r *Cluster) baseBackup(ctx context.Context, primary *Cluster) error {
 		"-D", r.opts.DataDir, "-R", "-X", "stream",
 		"-h", primary.opts.SocketDir, "-p", strconv.Itoa(primary.opts.Port), "-U", primary.opts.User,
 		"--checkpoint=fast", "--no-sync", "--no-password")
+	// -R writes the password it connected with into primary_conninfo
+	// (postgresql.auto.conf, private to the server's OS user), which the
+	// replica's stream then uses.
+	cmd.Env = append(cmd.Env, "PGPASSWORD="+primary.opts.Password)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("postgres: pg_basebackup failed: %w\n%s", err, out)
 	}

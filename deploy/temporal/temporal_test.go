@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -197,7 +198,8 @@ func schemaUpdates(ctx context.Context, t testing.TB, pg PostgresStore) [2]int {
 	t.Helper()
 	var n [2]int
 	for i, db := range []string{"temporal", "temporal_visibility"} {
-		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", pg.User, pg.Host, pg.Port, db))
+		u := url.URL{Scheme: "postgres", User: url.UserPassword(pg.User, pg.Password), Host: net.JoinHostPort(pg.Host, strconv.Itoa(pg.Port)), Path: "/" + db, RawQuery: "sslmode=disable"}
+		conn, err := pgx.Connect(ctx, u.String())
 		if err != nil {
 			t.Fatalf("connect to %s: %v", db, err)
 		}
@@ -292,7 +294,7 @@ func startTestPostgres(t testing.TB, settings ...string) PostgresStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	return PostgresStore{Host: c.Host(), Port: c.Port(), User: c.User(), SSLMode: "disable"}
+	return PostgresStore{Host: c.Host(), Port: c.Port(), User: c.User(), Password: c.Password(), SSLMode: "disable"}
 }
 
 func TestAddressInUseRecognisesFlattenedCauses(t *testing.T) {

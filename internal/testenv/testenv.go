@@ -170,7 +170,7 @@ func ReplicaURL(t testing.TB, primaryURL string) string {
 	want := net.JoinHostPort(primary.Host(), strconv.Itoa(primary.Port()))
 	db := strings.TrimPrefix(u.Path, "/")
 	if u.Host != want || db == "" {
-		t.Fatalf("testenv: ReplicaURL: %s is not a database of the test cluster (%s)", primaryURL, want)
+		t.Fatalf("testenv: ReplicaURL: %s is not a database of the test cluster (%s)", postgres.RedactURL(primaryURL), want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

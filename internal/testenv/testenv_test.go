@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -78,5 +80,40 @@ func TestReplicaURLServesTheTestDatabaseFromTheReplica(t *testing.T) {
 	}
 	if Replica(t) != Replica(t) {
 		t.Fatal("the binary has more than one replica")
+	}
+}
+
+// The harness's cluster trusts no one: a test database's URL carries the
+// password, and the same URL without it, or with a wrong one, is refused
+// (28P01), so no other local user can write the tests' rows.
+func TestDatabasesRefuseConnectionsWithoutThePassword(t *testing.T) {
+	ctx := context.Background()
+	good := DatabaseURL(t)
+	conn, err := pgx.Connect(ctx, good)
+	if err != nil {
+		t.Fatalf("with the password: %v", err)
+	}
+	_ = conn.Close(ctx)
+	t.Setenv("PGPASSFILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("PGPASSWORD", "")
+	for name, user := range map[string]*url.Userinfo{
+		"no password":    url.User("postgres"),
+		"wrong password": url.UserPassword("postgres", "wrong"),
+	} {
+		u, err := url.Parse(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = user
+		conn, err := pgx.Connect(ctx, u.String())
+		if err == nil {
+			_ = conn.Close(ctx)
+			t.Errorf("%s: admitted", name)
+			continue
+		}
+		var pgErr *pgconn.PgError
+		if name == "wrong password" && (!errors.As(err, &pgErr) || pgErr.Code != "28P01") {
+			t.Errorf("%s: %v, want invalid_password (28P01)", name, err)
+		}
 	}
 }
