@@ -41,15 +41,16 @@ func devCmd() *cobra.Command {
 			return nil
 		},
 	}
+	d := devstack.Defaults()
 	f := cmd.Flags()
-	f.StringVar(&o.Dir, "dir", ".dev", "where the dev stack keeps its data")
-	f.BoolVar(&o.Reset, "reset", false, "wipe the data directory first")
-	f.StringVar(&o.APIAddr, "api", "127.0.0.1:8080", "API listen address")
-	f.IntVar(&o.PostgresPort, "postgres-port", 55432, "PostgreSQL port")
-	f.StringVar(&o.TemporalAddr, "temporal", "127.0.0.1:7233", "Temporal frontend address")
-	f.StringVar(&o.UIAddr, "temporal-ui", "127.0.0.1:8233", `Temporal Web UI address ("-" for none)`)
-	f.StringVar(&o.AgentAddr, "agent-listen", "127.0.0.1:8443", "agent listener address (mutual TLS)")
-	f.IntVar(&o.Agents, "agents", 2, "simulated bcd node agents joining the demo pool (-1 for none)")
+	f.StringVar(&o.Dir, "dir", d.Dir, "where the dev stack keeps its data")
+	f.BoolVar(&o.Reset, "reset", false, "wipe the data directory (and the PostgreSQL data, wherever it is) first")
+	f.StringVar(&o.APIAddr, "api", d.APIAddr, "API listen address")
+	f.IntVar(&o.PostgresPort, "postgres-port", d.PostgresPort, "PostgreSQL port")
+	f.StringVar(&o.TemporalAddr, "temporal", d.TemporalAddr, "Temporal frontend address")
+	f.StringVar(&o.UIAddr, "temporal-ui", d.UIAddr, `Temporal Web UI address ("-" for none)`)
+	f.StringVar(&o.AgentAddr, "agent-listen", d.AgentAddr, "agent listener address (mutual TLS)")
+	f.IntVar(&o.Agents, "agents", d.Agents, "simulated bcd node agents joining the demo pool (-1 for none)")
 	f.BoolVar(&verbose, "verbose", false, "debug logs")
 	return cmd
 }

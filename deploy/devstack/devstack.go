@@ -6,6 +6,8 @@ package devstack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,15 +31,15 @@ import (
 )
 
 // Options place the stack. The zero value of each field takes the default
-// the README documents.
+// in Defaults, which the README documents.
 type Options struct {
 	Dir          string // default ".dev"
-	Reset        bool   // wipe Dir first
-	APIAddr      string // default 127.0.0.1:8080
-	PostgresPort int    // default 55432
-	TemporalAddr string // default 127.0.0.1:7233
-	UIAddr       string // default 127.0.0.1:8233; "-" for no UI
-	// AgentAddr is the agent listener (mutual TLS; default 127.0.0.1:8443).
+	Reset        bool   // wipe Dir (and the cluster's data, wherever it is) first
+	APIAddr      string // the API, its /healthz and /metrics
+	PostgresPort int
+	TemporalAddr string // the Temporal frontend (gRPC)
+	UIAddr       string // the Temporal Web UI; "-" for none
+	// AgentAddr is the agent listener (mutual TLS).
 	AgentAddr string
 	// Agents simulated `bcd node` processes join the demo pool (default 2;
 	// -1 for none); BCD is the bcd binary (default: bcd next to this
@@ -52,6 +54,28 @@ type Options struct {
 	// the worker run it as a separate process).
 	NoWorker bool
 	Logger   *slog.Logger
+
+	// fallbackRoot is where the cluster's data goes when the postgres OS
+	// user cannot reach Dir (default /var/lib/better-compute); tests move it.
+	fallbackRoot string
+}
+
+// Defaults are the stack's default directory and addresses: the one place
+// they are written. Every port lies below 20000, so neither in the kernel's
+// ephemeral range (32768–60999 on Linux), from which outgoing connections
+// take their source ports and could hold one when the stack starts, nor in
+// the range internal/freeport hands out to the servers tests start.
+func Defaults() Options {
+	return Options{
+		Dir:          ".dev",
+		APIAddr:      "127.0.0.1:8080",
+		AgentAddr:    "127.0.0.1:8443",
+		PostgresPort: 15432,
+		TemporalAddr: "127.0.0.1:7233",
+		UIAddr:       "127.0.0.1:8233",
+		Agents:       2,
+		fallbackRoot: "/var/lib/better-compute",
+	}
 }
 
 const (
@@ -62,29 +86,33 @@ const (
 )
 
 func (o Options) withDefaults() Options {
+	d := Defaults()
 	if o.Dir == "" {
-		o.Dir = ".dev"
+		o.Dir = d.Dir
 	}
 	if o.APIAddr == "" {
-		o.APIAddr = "127.0.0.1:8080"
+		o.APIAddr = d.APIAddr
 	}
 	if o.AgentAddr == "" {
-		o.AgentAddr = "127.0.0.1:8443"
+		o.AgentAddr = d.AgentAddr
 	}
 	if o.Agents == 0 {
-		o.Agents = 2
+		o.Agents = d.Agents
 	}
 	if o.PostgresPort == 0 {
-		o.PostgresPort = 55432
+		o.PostgresPort = d.PostgresPort
 	}
 	if o.TemporalAddr == "" {
-		o.TemporalAddr = "127.0.0.1:7233"
+		o.TemporalAddr = d.TemporalAddr
 	}
 	if o.UIAddr == "" {
-		o.UIAddr = "127.0.0.1:8233"
+		o.UIAddr = d.UIAddr
 	}
 	if o.UIAddr == "-" {
 		o.UIAddr = ""
+	}
+	if o.fallbackRoot == "" {
+		o.fallbackRoot = d.fallbackRoot
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -113,6 +141,9 @@ type Stack struct {
 	stopAPI              context.CancelFunc
 	apiStopped           chan error
 	databaseURL          string
+	// postgresDir is the cluster's data directory: under Dir, or where
+	// clusterDir put it.
+	postgresDir string
 }
 
 // Start brings the stack up, in dependency order. On any failure it stops
@@ -123,8 +154,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	if o.Reset {
-		if err := os.RemoveAll(o.Dir); err != nil {
-			return nil, fmt.Errorf("reset: %w", err)
+		for _, dir := range []string{o.Dir, fallbackDir(o.Dir, o.fallbackRoot)} {
+			if err := os.RemoveAll(dir); err != nil {
+				return nil, fmt.Errorf("reset: %w", err)
+			}
 		}
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
@@ -139,19 +172,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}()
 	log := o.Logger
 
-	log.Info("starting PostgreSQL", "dir", filepath.Join(o.Dir, "postgres"), "port", o.PostgresPort)
-	s.postgres, err = postgres.Start(ctx, postgres.Options{
-		DataDir: filepath.Join(o.Dir, "postgres"),
-		Port:    o.PostgresPort,
-		LogFile: filepath.Join(o.Dir, "postgres.log"),
-	})
-	if err != nil {
+	if err = s.startPostgres(ctx); err != nil {
 		return s, err
 	}
-	if _, err = s.postgres.EnsureDatabase(ctx, Database, ""); err != nil {
-		return s, err
-	}
-	s.databaseURL = s.postgres.URL(Database)
 	if err = store.MigrateUp(ctx, s.databaseURL); err != nil {
 		return s, err
 	}
@@ -164,8 +187,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		FrontendAddr: o.TemporalAddr,
 		UIAddr:       o.UIAddr,
 		Namespaces:   []string{"default", Namespace},
-		Postgres:     &temporal.PostgresStore{Host: s.postgres.Host(), Port: s.postgres.Port(), User: s.postgres.User(), SSLMode: "disable"},
-		Logger:       log.With("component", "temporal"),
+		Postgres: &temporal.PostgresStore{Host: s.postgres.Host(), Port: s.postgres.Port(),
+			User: s.postgres.User(), Password: s.postgres.Password(), SSLMode: "disable"},
+		Logger: log.With("component", "temporal"),
 	})
 	if err != nil {
 		return s, err
@@ -235,6 +259,91 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return s, err
 	}
 	return s, nil
+}
+
+// startPostgres starts the dev cluster, with the password kept in
+// <Dir>/postgres-password, and makes the control plane's database.
+func (s *Stack) startPostgres(ctx context.Context) error {
+	o, log := s.opts, s.opts.Logger
+	reachable, err := postgres.ServerUserCanReach(ctx, o.Dir)
+	if err != nil {
+		return err
+	}
+	s.postgresDir = clusterDir(o.Dir, o.fallbackRoot, func(string) bool { return reachable })
+	if !reachable {
+		log.Info("the postgres OS user cannot reach the checkout; the cluster's data lives outside it",
+			"checkout", o.Dir, "data", s.postgresDir)
+		if err := recordCheckout(s.postgresDir, o.Dir); err != nil {
+			return err
+		}
+	}
+	password, err := loadOrCreatePassword(filepath.Join(o.Dir, postgresPasswordFile))
+	if err != nil {
+		return err
+	}
+	log.Info("starting PostgreSQL", "dir", s.postgresDir, "port", o.PostgresPort)
+	if s.postgres, err = postgres.Start(ctx, postgres.Options{
+		DataDir:  s.postgresDir,
+		Port:     o.PostgresPort,
+		Password: password,
+		LogFile:  filepath.Join(o.Dir, "postgres.log"),
+	}); err != nil {
+		return err
+	}
+	if _, err = s.postgres.EnsureDatabase(ctx, Database, ""); err != nil {
+		return err
+	}
+	s.databaseURL = s.postgres.URL(Database)
+	return nil
+}
+
+// postgresPasswordFile holds the dev cluster's superuser password, readable
+// by the owner only; .dev/env (as private) carries it in BC_DATABASE_URL.
+const postgresPasswordFile = "postgres-password"
+
+// clusterDir says where the dev cluster keeps its data: <devDir>/postgres
+// when the server's OS user can enter devDir (canReach), else
+// fallbackDir's postgres. As root the server runs as the postgres OS user,
+// which a checkout under a private folder (/root/src) shuts out.
+func clusterDir(devDir, fallbackRoot string, canReach func(dir string) bool) string {
+	if canReach(devDir) {
+		return filepath.Join(devDir, "postgres")
+	}
+	return filepath.Join(fallbackDir(devDir, fallbackRoot), "postgres")
+}
+
+// fallbackDir is the checkout's own directory under fallbackRoot, named by a
+// hash of devDir (absolute): stable across runs, distinct per checkout.
+func fallbackDir(devDir, fallbackRoot string) string {
+	sum := sha256.Sum256([]byte(devDir))
+	return filepath.Join(fallbackRoot, "dev-"+hex.EncodeToString(sum[:6]))
+}
+
+// recordCheckout writes, next to a cluster kept outside its checkout, which
+// checkout it belongs to, for whoever finds it there.
+func recordCheckout(dataDir, devDir string) error {
+	dir := filepath.Dir(dataDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, "CHECKOUT"), devDir+"\n", 0o644)
+}
+
+// loadOrCreatePassword reads the password in path, or generates one and
+// writes it there, private to the owner.
+func loadOrCreatePassword(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if pw := strings.TrimSpace(string(b)); pw != "" {
+		return pw, nil
+	}
+	pw, err := postgres.GeneratePassword()
+	if err != nil {
+		return "", err
+	}
+	return pw, writeFileAtomic(path, pw+"\n", 0o600)
 }
 
 // Stop stops everything Start started, in reverse order; it is safe on a
@@ -307,14 +416,15 @@ func (s *Stack) env() [][2]string {
 }
 
 // writeEnv writes <dir>/env atomically (a temporary file renamed into
-// place), so a reader never sees half of it.
+// place), so a reader never sees half of it. It holds the database's
+// password, so it is private to the owner, like the token files.
 func (s *Stack) writeEnv() error {
 	var b strings.Builder
 	b.WriteString("# Written by `better-compute dev`; source it: . .dev/env\n")
 	for _, kv := range s.env() {
 		fmt.Fprintf(&b, "export %s=%q\n", kv[0], kv[1])
 	}
-	return writeFileAtomic(filepath.Join(s.opts.Dir, "env"), b.String(), 0o644)
+	return writeFileAtomic(filepath.Join(s.opts.Dir, "env"), b.String(), 0o600)
 }
 
 // Token files: plaintext bearer tokens of the dev stack's bootstrap
@@ -362,10 +472,29 @@ func (s *Stack) readToken(name string) (string, error) {
 // reader (or a crash) never sees half of it.
 func writeFileAtomic(path, content string, perm os.FileMode) error {
 	tmp := path + ".tmp"
+	// A temporary file a crash left keeps its mode through WriteFile.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	if err := os.WriteFile(tmp, []byte(content), perm); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// postgresRows are the banner's rows about the cluster: its URL without the
+// password, and where its data is (and why, when not in the checkout).
+func (s *Stack) postgresRows() [][2]string {
+	data := s.postgresDir
+	if filepath.Dir(s.postgresDir) != s.opts.Dir {
+		data += " (outside the checkout: the postgres OS user cannot reach " + s.opts.Dir + ")"
+	}
+	return [][2]string{
+		{"PostgreSQL", postgres.RedactURL(s.databaseURL) + " (password in " +
+			filepath.Join(s.opts.Dir, postgresPasswordFile) + "; the whole URL in " + filepath.Join(s.opts.Dir, "env") + ")"},
+		{"PG socket", s.postgres.SocketDir()},
+		{"PG data", data},
+	}
 }
 
 // Banner is the text `better-compute dev` prints once the stack is ready.
@@ -379,19 +508,24 @@ func (s *Stack) Banner() string {
 		{"Agents", s.agentURL + " (mutual TLS; " + s.agentSummary() + ", logs in " + filepath.Join(s.opts.Dir, "agents") + ")"},
 		{"Temporal UI", s.temporal.UIURL()},
 		{"Temporal gRPC", s.temporal.FrontendAddr() + " (namespace " + Namespace + ")"},
-		{"PostgreSQL", s.databaseURL},
-		{"PG socket", s.postgres.SocketDir()},
+	}
+	rows = append(rows, s.postgresRows()...)
+	rows = append(rows, [][2]string{
 		{"Environment", filepath.Join(s.opts.Dir, "env")},
 		{"Admin token", filepath.Join(s.opts.Dir, adminTokenFile) + " (tenant " + s.tokens.RootTenantID + ", root authority)"},
 		{"Demo token", filepath.Join(s.opts.Dir, demoTokenFile) + " (tenant " + s.tokens.TenantID + ")"},
 		{"Demo pool", s.demo.PoolID + " (H100, root's, offered to " + s.tokens.TenantID + " with " + fmt.Sprint(demoGPUQuota) + " GPUs)"},
-	}
+	}...)
 	for _, r := range rows {
 		if r[1] == "" {
 			continue
 		}
 		fmt.Fprintf(&b, "  %-14s %s\n", r[0], r[1])
 	}
-	b.WriteString("\nCtrl-C stops everything; the data stays in " + s.opts.Dir + " (--reset wipes it).\n")
+	kept := s.opts.Dir
+	if filepath.Dir(s.postgresDir) != s.opts.Dir {
+		kept += " and " + filepath.Dir(s.postgresDir)
+	}
+	b.WriteString("\nCtrl-C stops everything; the data stays in " + kept + " (--reset wipes it).\n")
 	return b.String()
 }

@@ -17,9 +17,10 @@ import (
 	"strings"
 )
 
-// lowest is the first port considered: below it lie well-known and
-// commonly configured service ports.
-const lowest = 20000
+// Lowest is the first port handed out: below it lie well-known and commonly
+// configured service ports, the dev stack's defaults among them, which a
+// port picked for a test's server must not take.
+const Lowest = 20000
 
 // Pick returns a port that could be listened on at host a moment ago.
 func Pick(host string) (int, error) {
@@ -38,8 +39,8 @@ func PickN(host string, n int) ([]int, error) {
 	seen := make(map[int]bool, n)
 	for tries := 0; len(ports) < n; tries++ {
 		var port int
-		if high > lowest && tries < 100*n {
-			port = lowest + rand.IntN(high-lowest+1)
+		if high > Lowest && tries < 100*n {
+			port = Lowest + rand.IntN(high-Lowest+1)
 		}
 		got, err := probe(host, port)
 		if err != nil {

@@ -17,8 +17,8 @@ func TestPickNDistinctListenablePortsBelowEphemeralRange(t *testing.T) {
 			t.Fatalf("port %d returned twice in %v", p, ports)
 		}
 		seen[p] = true
-		if p < lowest || p >= ephemeralLow() {
-			t.Errorf("port %d outside [%d, %d)", p, lowest, ephemeralLow())
+		if p < Lowest || p >= ephemeralLow() {
+			t.Errorf("port %d outside [%d, %d)", p, Lowest, ephemeralLow())
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
