@@ -86,7 +86,7 @@ type ControlPlane struct {
 	nodeCA        *nodeca.CA
 	agentTimeouts httpx.Timeouts
 	stop          func()
-	wg     sync.WaitGroup
+	wg            sync.WaitGroup
 }
 
 // New loads the authorization projection (so the first decision does not
