@@ -14,7 +14,9 @@
 -- gaps: a reader paging by tenant_seq never skips an event that commits
 -- late, and needs no hold-back. A transaction publishing for several
 -- tenants numbers them in tenant order, so two such commits cannot
--- deadlock. A rolled-back transaction takes no number.
+-- deadlock. A rolled-back transaction takes no number. Publishers run at
+-- READ COMMITTED (the store's default): under REPEATABLE READ a publisher
+-- that waited for the row would fail its commit with a serialization error.
 CREATE TABLE event_sequences (
     tenant_id text PRIMARY KEY,
     last      bigint NOT NULL CHECK (last >= 0)
