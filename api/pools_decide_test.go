@@ -64,6 +64,11 @@ func TestPoolsCreateDecidesOnTheSitesKind(t *testing.T) {
 	if got := decidedOn(p); got != "compute-fleet/"+core.FleetID {
 		t.Fatalf("a pool on a shared site was decided on %s, want compute-fleet/%s", got, core.FleetID)
 	}
+	// A platform site is not in a tenant's view: a pool on it is the root
+	// tenant's to create.
+	if _, err := create(e.boot.UserToken, "acme", shared.ID, "acme-on-shared"); codeOf(err) != core.CodeNotFound {
+		t.Fatalf("acme's pool on a shared site: %v, want NOT_FOUND", err)
+	}
 	p, err = create(e.boot.UserToken, "acme", acmeSite.ID, "on-acme")
 	if err != nil {
 		t.Fatalf("acme's pool on its custom site: %v", err)
