@@ -161,7 +161,7 @@ func (s *Server) authenticate(ctx context.Context, cred iam.Credential) (*iam.Ca
 // decide makes the method's one decision: Require for mutations, Authorize
 // for reads. Denials are opaque ACCESS_DENIED.
 func (s *Server) decide(ctx context.Context, c *Call) error {
-	d, err := chooseDecision(c.Method, c.Input)
+	d, err := s.decisionOf(ctx, c)
 	if err != nil {
 		return err
 	}

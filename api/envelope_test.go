@@ -26,12 +26,29 @@ import (
 	"github.com/better-compute/better-compute/store"
 )
 
-// queryCounter is a pgx tracer counting every query the API's pool sends.
-type queryCounter struct{ n atomic.Int64 }
+// queryCounter is a pgx tracer counting every query the API's pool sends;
+// it also keeps their SQL, in order, for the tests that compare two paths.
+type queryCounter struct {
+	n   atomic.Int64
+	mu  sync.Mutex
+	sql []string
+}
 
-func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	q.n.Add(1)
+	q.mu.Lock()
+	q.sql = append(q.sql, d.SQL)
+	q.mu.Unlock()
 	return ctx
+}
+
+// take returns the SQL sent since the last take and forgets it.
+func (q *queryCounter) take() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.sql
+	q.sql = nil
+	return out
 }
 func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 

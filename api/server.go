@@ -56,6 +56,9 @@ type Deps struct {
 	// /metrics serves, so other parts of the process (the agent gateway)
 	// can add theirs; by default the server has a registry of its own.
 	Metrics *prometheus.Registry
+	// Timeouts bound a client's request on Serve's listener (the httpx
+	// defaults for zero fields).
+	Timeouts httpx.Timeouts
 }
 
 // RouteMounter puts routes on the API's router.
@@ -191,7 +194,7 @@ func remoteIP(r *http.Request) string {
 
 // Serve runs the API on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpx.NewServer(s, s.deps.Timeouts)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -17,7 +17,7 @@ import (
 // spec):
 //
 //	Authentications  sha256 of the Authorization header and the IAM cookie  30 s  the Caller
-//	Read decisions   session, tenant, action, resource type and id          10 s  allows only
+//	Read decisions   session, source address, tenant, action, type and id   10 s  allows only
 //
 // Both hold at most 10 000 entries, least recently used out first.
 // Mutations (Require) are never cached. Every drop also discards the answers
@@ -221,8 +221,12 @@ func (p *CachingPort) Authenticate(ctx context.Context, cred Credential) (*Calle
 
 // ---- read decisions ----
 
+// decisionKey narrows the spec's key (session, tenant, action, type, id)
+// with the source address: a policy may read context.sourceIp, so an allow
+// from one address says nothing of the same session's read from another.
+// The narrower key can only cost extra decisions, never allow more.
 type decisionKey struct {
-	session, tenant, action, rtype, rid string
+	session, source, tenant, action, rtype, rid string
 }
 
 type decisionEntry struct {
@@ -252,6 +256,7 @@ func decisionKeyOf(r *Request) (decisionKey, bool) {
 	}
 	return decisionKey{
 		session: r.Caller.SessionID,
+		source:  r.Caller.SourceIP,
 		tenant:  r.TenantID,
 		action:  r.Action,
 		rtype:   r.Resource.Type,

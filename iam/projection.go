@@ -441,10 +441,16 @@ func (p *Projection) Refresh(ctx context.Context, typ, id, tenantID string) erro
 	return nil
 }
 
-// lookup answers one row: from memory, or on a miss from one primary-key
-// read bounded to MissTimeout. An absent row is core NOT_FOUND; an unloaded
-// projection, a timeout or a failed read wrap ErrResolveFailed.
-func (p *Projection) lookup(ctx context.Context, typ, id string) (*authzEntry, error) {
+// lookup answers one row as tenantID sees it: from memory when the row is
+// there and visible in tenantID's view, and otherwise from one primary-key
+// read bounded to MissTimeout. A row held in memory but outside the view
+// takes the same read as a row memory lacks, for two reasons: a caller must
+// not tell "exists elsewhere" from "does not exist" by how fast the answer
+// comes, and the read sees an offer that shared the row with tenantID after
+// the last tail. An absent row is core NOT_FOUND (the caller checks the
+// view of a present one); an unloaded projection, a timeout or a failed
+// read wrap ErrResolveFailed.
+func (p *Projection) lookup(ctx context.Context, typ, id, tenantID string) (*authzEntry, error) {
 	if !p.loaded.Load() {
 		return nil, ErrNotLoaded
 	}
@@ -452,7 +458,7 @@ func (p *Projection) lookup(ctx context.Context, typ, id string) (*authzEntry, e
 	p.mu.RLock()
 	e := p.entries[k]
 	p.mu.RUnlock()
-	if e != nil {
+	if e != nil && e.visibleIn(tenantID) {
 		return e, nil
 	}
 	return p.miss(ctx, k)

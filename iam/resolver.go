@@ -79,7 +79,7 @@ func (s *ProjectionResolver) Resolve(ctx context.Context, tenantID string, r Res
 		}
 		return &Resolved{TenantID: tenantID, Type: r.Type, ID: r.ID}, nil
 	}
-	e, err := s.p.lookup(ctx, r.Type, r.ID)
+	e, err := s.p.lookup(ctx, r.Type, r.ID, tenantID)
 	if err != nil {
 		return nil, err
 	}

@@ -20,11 +20,10 @@ type Event struct {
 	Data         map[string]any // e.g. {"from":"pending","to":"placed","poolId":...}
 }
 
-// PublishEvent records e in tx. Publishers never wait for each other: the
-// row carries its transaction's id, and readers (store/events) see only
-// events whose transaction is older than every transaction still running,
-// so a reader paging by seq never skips an event that took its seq before a
-// later one but committed after it.
+// PublishEvent records e in tx. Its number among its tenant's events (the
+// listing cursor, store/events) is given when tx commits, in commit order:
+// publishers of one tenant wait for each other only during their commits
+// (migrations/00023_event_tenant_seq.sql).
 func PublishEvent(ctx context.Context, tx Tx, e Event) error {
 	switch {
 	case e.TenantID == "":

@@ -5,6 +5,7 @@ package pools
 
 import (
 	"context"
+	"errors"
 
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
@@ -12,6 +13,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/pools"
+	"github.com/better-compute/better-compute/store/sites"
 )
 
 // Pool is a pool as the methods answer it.
@@ -128,12 +130,31 @@ const (
 	QuotasSet rpc.Ref[QuotasSetInput, PoolOffer] = "quotas.set"
 )
 
+// decideOnSite is pools.create's choice, as sites.create's: a pool on a
+// shared or dedicated site adds to the platform's hardware and is decided on
+// compute-fleet; a pool on a tenant's custom site on compute-tenant. A site
+// the tenant does not have is decided on compute-tenant too, and the handler
+// then answers NOT_FOUND: the read is in the call's tenant only, so the
+// choice tells nothing of other tenants' sites.
+func decideOnSite(ctx context.Context, c *rpc.Call, tx store.Tx, in CreateInput) (string, error) {
+	st, err := sites.Load(ctx, tx, c.TenantID, in.SiteID, false)
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		return "tenant", nil
+	case err != nil:
+		return "", err
+	case st.Kind == sites.KindShared || st.Kind == sites.KindDedicated:
+		return "fleet", nil
+	}
+	return "tenant", nil
+}
+
 // Methods describes the pools.* and quotas.* methods.
 func Methods(d rpc.Deps) []rpc.Descriptor {
 	typ := func() string { return d.Catalog.FullName(domain.ResourceType) }
 	return []rpc.Descriptor{
 		&rpc.Method[CreateInput, Pool]{Name: Create, Action: "compute:pools:create", DecidedOn: "compute-fleet or compute-tenant",
-			Phase: "v0.1", Kind: core.KindMutation,
+			Phase: "v0.1", Kind: core.KindMutation, DecideOn: decideOnSite,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in CreateInput) (Pool, error) {
 				n, err := newPool(in)
 				if err != nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 
 	"go.temporal.io/sdk/client"
 
@@ -119,6 +120,9 @@ type Handler struct {
 	// After, optional with Run, finishes a mutation once its transaction has
 	// committed, outside it (a workflow update), and answers the call.
 	After func(ctx context.Context, c *Call, out any) (any, error)
+	// DecideOn, optional, answers the catalog type of the alternative the
+	// decision is made on (see Method.DecideOn).
+	DecideOn func(ctx context.Context, c *Call, tx store.Tx) (string, error)
 }
 
 // ErasedAdmission is an admission's halves, type-erased (see Admission).
@@ -162,6 +166,11 @@ type Method[In, Out any] struct {
 	Admission *Admission[In, Out]
 	Refresh   bool
 	After     func(ctx context.Context, c *Call, in In, out Out) (Out, error)
+	// DecideOn chooses among the alternatives of a decided-on cell ("A or
+	// B") when the input alone cannot: it reads what the choice needs, in a
+	// read-only transaction of its own before the decision, and answers the
+	// catalog type of the alternative to decide on ("fleet", "tenant").
+	DecideOn func(ctx context.Context, c *Call, tx store.Tx, in In) (string, error)
 }
 
 // Admission is an admission method's halves: transaction 1 prepares the
@@ -207,6 +216,9 @@ func (m *Method[In, Out]) Handler() *Handler {
 	}
 	if f := m.List; f != nil {
 		h.List = func(ctx context.Context, c *Call, tx store.Tx) (Page, error) { return f(ctx, c, tx, input[In](c)) }
+	}
+	if f := m.DecideOn; f != nil {
+		h.DecideOn = func(ctx context.Context, c *Call, tx store.Tx) (string, error) { return f(ctx, c, tx, input[In](c)) }
 	}
 	if f := m.After; f != nil {
 		h.After = func(ctx context.Context, c *Call, out any) (any, error) { return f(ctx, c, input[In](c), out.(Out)) }
@@ -293,6 +305,8 @@ func Check(info Info, h *Handler) error {
 		return fmt.Errorf("%s: an admission method needs an admission handler, and only it", info.Name)
 	case h.After != nil && h.Run == nil:
 		return fmt.Errorf("%s: After needs Run", info.Name)
+	case h.DecideOn != nil && !strings.Contains(info.DecidedOn, " or "):
+		return fmt.Errorf("%s: DecideOn needs alternatives in the decided-on cell", info.Name)
 	}
 	return nil
 }

@@ -3,11 +3,10 @@ package main
 import (
 	"fmt"
 	"net"
-	"net/http"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/better-compute/better-compute/api/httpx"
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
 )
@@ -67,7 +66,7 @@ func iamHostCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
-			srv := &http.Server{Handler: host.Handler, ReadHeaderTimeout: 10 * time.Second}
+			srv := httpx.NewServer(host.Handler, httpx.Timeouts{})
 			go func() {
 				<-ctx.Done()
 				_ = srv.Close()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
+	"github.com/better-compute/better-compute/api/httpx"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
@@ -51,6 +52,12 @@ type Config struct {
 	// TemporalAddress and TemporalNamespace are told to registering site
 	// agents (`bcd site`), which run their workers there.
 	TemporalAddress, TemporalNamespace string
+	// AgentTimeouts bound a request on the agent listener (the httpx
+	// defaults for zero fields): the TLS handshake, the headers and, until
+	// the session handler has checked the node and clears its stream's read
+	// deadline, the body. A session's lifetime is bounded by its liveness
+	// lease, not by them.
+	AgentTimeouts httpx.Timeouts
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -76,9 +83,10 @@ type ControlPlane struct {
 	// Warnings are the registry's start-up findings (`doctor` prints them).
 	Warnings []core.Warning
 
-	nodeCA *nodeca.CA
-	stop   func()
-	wg     sync.WaitGroup
+	nodeCA        *nodeca.CA
+	agentTimeouts httpx.Timeouts
+	stop          func()
+	wg            sync.WaitGroup
 }
 
 // New loads the authorization projection (so the first decision does not
@@ -169,6 +177,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	}
 	cp.wg.Go(func() { gateway.RunLivenessSweeper(runCtx, sweep) })
 	cp.nodeCA = cfg.NodeCA
+	cp.agentTimeouts = cfg.AgentTimeouts
 	return cp, nil
 }
 
@@ -183,7 +192,8 @@ func (cp *ControlPlane) ServeAgents(ctx context.Context, ln net.Listener, hosts 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: cp.Gateway.SessionHandler(), TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpx.NewServer(cp.Gateway.SessionHandler(), cp.agentTimeouts)
+	srv.TLSConfig = tlsConfig
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {

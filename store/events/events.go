@@ -1,5 +1,6 @@
 // Package events is the events domain: reading the outbox that state
-// writers fill with store.PublishEvent, a tenant's events by seq cursor.
+// writers fill with store.PublishEvent, a tenant's events by its own
+// sequence (tenant_seq), so a cursor tells nothing of other tenants.
 // The writer stays in store so that every state writer can reach it.
 package events
 
@@ -40,8 +41,10 @@ type Page struct {
 // Stored is an event as the outbox holds it.
 type Stored struct {
 	store.Event
-	ID        string // evt_<ULID>
-	Seq       int64  // global, increasing; the listing cursor
+	ID string // evt_<ULID>
+	// Seq is the event's number among its tenant's events (tenant_seq):
+	// 1, 2, 3… in commit order, with no gaps; the listing cursor.
+	Seq       int64
 	CreatedAt time.Time
 }
 
@@ -49,7 +52,7 @@ type Stored struct {
 // at most Limit of them.
 type Query struct {
 	TenantID   string
-	After      int64    // seq cursor: events with seq > After
+	After      int64    // cursor: the tenant's events with Seq > After
 	Types      []string // exact types; none means all
 	ResourceID string   // "" means all
 	Limit      int
@@ -70,9 +73,11 @@ func List(ctx context.Context, tx store.Tx, q Query) (Page, error) {
 	return out, nil
 }
 
-// Read returns the tenant's events that q selects, ascending by seq.
-// Events of transactions not yet known to be older than every running one
-// are held back until they are (see store.PublishEvent).
+// Read returns the tenant's events that q selects, ascending by their
+// tenant's sequence. That sequence follows commit order with no gaps
+// (migrations/00023_event_tenant_seq.sql), so every event a later page
+// could hold commits after this read and numbers above its last item: a
+// cursor never skips one, and nothing needs holding back.
 func Read(ctx context.Context, tx store.Tx, q Query) ([]Stored, error) {
 	if q.TenantID == "" {
 		return nil, errors.New("events: a query without a tenant")
@@ -84,12 +89,12 @@ func Read(ctx context.Context, tx store.Tx, q Query) ([]Stored, error) {
 	if types == nil {
 		types = []string{}
 	}
-	rows, err := tx.Query(ctx, `SELECT seq, id, tenant_id, type, resource_type, resource_id, project_id, data, created_at
+	rows, err := tx.Query(ctx, `SELECT tenant_seq, id, tenant_id, type, resource_type, resource_id, project_id, data, created_at
 		FROM events
-		WHERE tenant_id = $1 AND seq > $2 AND xid < pg_snapshot_xmin(pg_current_snapshot())
+		WHERE tenant_id = $1 AND tenant_seq > $2
 		  AND (cardinality($3::text[]) = 0 OR type = ANY ($3))
 		  AND ($4 = '' OR resource_id = $4)
-		ORDER BY seq LIMIT $5`, q.TenantID, q.After, types, q.ResourceID, q.Limit)
+		ORDER BY tenant_seq LIMIT $5`, q.TenantID, q.After, types, q.ResourceID, q.Limit)
 	if err != nil {
 		return nil, err
 	}
