@@ -254,7 +254,21 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 	if _, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); err != nil { // offered: in globex's view
 		t.Fatal(err)
 	}
-	wantNotFound("offered")
+	// Offered: the pool is in globex's view, so the refusal says so.
+	wantDenied := func(what string, err error) {
+		t.Helper()
+		if ce := core.AsError(err); ce.Code != core.CodeAccessDenied || ce.Details["reason"] != "offeredPool" {
+			t.Fatalf("globex %s on the pool offered to it = %v, want ACCESS_DENIED offeredPool", what, err)
+		}
+	}
+	_, err = nodes.CreateJoinToken.Call(ctx, g, nodes.CreateJoinTokenInput{TenantID: "globex", PoolID: p.ID})
+	wantDenied("joinTokens.create", err)
+	_, err = nodes.ListJoinTokens.Call(ctx, g, nodes.PoolInput{TenantID: "globex", PoolID: p.ID})
+	wantDenied("joinTokens.list", err)
+	_, err = nodes.RevokeJoinToken.Call(ctx, g, nodes.JoinTokenInput{TenantID: "globex", PoolID: p.ID, TokenID: tok.ID})
+	wantDenied("joinTokens.revoke", err)
+	_, err = nodes.ListJoinRequests.Call(ctx, g, nodes.ListJoinRequestsInput{TenantID: "globex", PoolID: p.ID})
+	wantDenied("joinRequests.list", err)
 	if n := e.count(`SELECT count(*) FROM join_tokens WHERE tenant_id <> 'acme' OR revoked_at IS NOT NULL`); n != 0 {
 		t.Fatalf("globex changed %d join tokens", n)
 	}
