@@ -55,7 +55,7 @@ func TestJoinTokens(t *testing.T) {
 
 	// The defaults: 24 hours, one use.
 	one, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID})
-	if err != nil || !core.ValidID("jtok", one.ID) || one.TenantID != "acme" || one.PoolID != p.ID || one.Name != "" ||
+	if err != nil || !core.ValidID("jt", one.ID) || one.TenantID != "acme" || one.PoolID != p.ID || one.Name != "" ||
 		!joinTokenPattern.MatchString(one.Token) || one.State != "active" || one.MaxUses != 1 || one.Uses != 0 ||
 		one.ExpiresAt-one.CreatedAt != 24*3600*1000 || one.CreatedBy != e.boot.UserIdentityID || one.RevokedAt != nil {
 		t.Fatalf("create = %+v, %v", one, err)
@@ -152,7 +152,7 @@ func TestJoinTokens(t *testing.T) {
 	if states := e.joinTokenStates("acme", p.ID); states[fresh.ID] != "revoked" {
 		t.Fatalf("states after revoke = %v", states)
 	}
-	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: core.NewID("jtok")}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: core.NewID("jt")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke of a missing token = %v, want NOT_FOUND", err)
 	}
 	p2 := e.pool(e.boot.UserToken, "acme", s.ID, "infer")
@@ -184,7 +184,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if _, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("list of a missing pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: missing, TokenID: core.NewID("jtok")}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: missing, TokenID: core.NewID("jt")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke on a missing pool = %v, want NOT_FOUND", err)
 	}
 	tok, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID, MaxUses: new(int64(2))})
@@ -325,7 +325,7 @@ func TestJoinTokensInvalidInput(t *testing.T) {
 	e.wantInvalid(e.boot.UserToken, "joinTokens.revoke", map[string]string{
 		`{` + ok + `}`:                           "tokenId",
 		`{` + ok + `,"tokenId":"stok_x"}`:        "tokenId",
-		`{"tenantId":"acme","tokenId":"jtok_x"}`: "poolId",
+		`{"tenantId":"acme","tokenId":"jt_x"}`: "poolId",
 	})
 	// Nothing was made.
 	if n := e.count(`SELECT count(*) FROM join_tokens`); n != 0 {

@@ -81,7 +81,7 @@ type PoolInput struct {
 type JoinTokenInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID   string `json:"poolId" jsonschema:"required" id:"pool"`
-	TokenID  string `json:"tokenId" jsonschema:"required" id:"jtok"`
+	TokenID  string `json:"tokenId" jsonschema:"required" id:"jt"`
 }
 
 // ListJoinRequestsInput is joinRequests.list's input; state filters when set.
