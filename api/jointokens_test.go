@@ -323,8 +323,8 @@ func TestJoinTokensInvalidInput(t *testing.T) {
 		`{` + ok + `,"state":"active"}`: "state",
 	})
 	e.wantInvalid(e.boot.UserToken, "joinTokens.revoke", map[string]string{
-		`{` + ok + `}`:                           "tokenId",
-		`{` + ok + `,"tokenId":"stok_x"}`:        "tokenId",
+		`{` + ok + `}`:                         "tokenId",
+		`{` + ok + `,"tokenId":"stok_x"}`:      "tokenId",
 		`{"tenantId":"acme","tokenId":"jt_x"}`: "poolId",
 	})
 	// Nothing was made.
