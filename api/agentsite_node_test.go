@@ -134,6 +134,14 @@ func TestSiteAgentIsASiteNode(t *testing.T) {
 		t.Fatalf("after the renewal: %+v", s)
 	}
 
+	// No node session serves it: it is neither drained nor sent commands.
+	if _, err := nodes.Drain.Call(ctx, c, nodes.DrainInput{TenantID: "acme", NodeID: nodeID}); core.AsError(err).Details["reason"] != "siteNode" {
+		t.Fatalf("nodes.drain of the site node = %v", err)
+	}
+	if _, err := nodes.RunCommand.Call(ctx, c, nodes.RunCommandInput{TenantID: "acme", NodeID: nodeID, Kind: protocol.CommandInventoryRefresh}); core.AsError(err).Details["reason"] != "siteNode" {
+		t.Fatalf("commands.run on the site node = %v", err)
+	}
+
 	// No node joins a pool as a site node.
 	err = e.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		_, err := nodesdomain.Create(ctx, tx, nodesdomain.TypesOf(e.catalog), nodesdomain.NewNode{PoolID: p.ID, Name: "x",

@@ -23,6 +23,17 @@ import (
 // never count it. Its site_agents row keeps the registration's bookkeeping:
 // the site token it used and the boot lease epoch it took.
 
+// notSiteNode refuses what only a machine of a pool can be (drained, sent
+// node commands): a site agent's node is neither, as no node session
+// serves it.
+func notSiteNode(n Node, verb string) error {
+	if n.Role != string(nodestate.RoleSite) {
+		return nil
+	}
+	return core.Errorf(core.CodeInvalidState, "node %s is a site agent: it cannot be %s", n.ID, verb).
+		WithDetails(map[string]any{"reason": "siteNode"})
+}
+
 // SiteAgent is one registration or renewal of a site agent.
 type SiteAgent struct {
 	SiteID, Holder string
