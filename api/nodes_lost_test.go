@@ -268,3 +268,39 @@ func TestNodeLostEndsAnActiveHold(t *testing.T) {
 		t.Fatalf("%d failed events with endReason nodeLost", n)
 	}
 }
+
+func TestNodeLostReplacesAPlacedReservationThenFailsIt(t *testing.T) {
+	de := newDeadNodeEnv(t)
+	p, a := h100Pool(t, de.env)
+	b := de.node(schedulableNode(p.ID, "gpu-a02"), fixture(t, "h100-8x-sxm.json"))
+	r := de.reserveNow(p.ID, "placed", 2) // placed, not bound yet: the workflow binds it
+	first, second := r.Allocations[0].NodeID, b.ID
+	if first == b.ID {
+		second = a.ID
+	}
+
+	// Lost at once (the lease lapsed long past lostAfter): placed again on
+	// the other node, still placed, no command queued for it.
+	de.lapse(first, time.Hour)
+	got := de.get(r.ID)
+	if got.State != "placed" || len(got.Allocations) != 1 || got.Allocations[0].NodeID != second {
+		t.Fatalf("after the first node was lost: %+v", got)
+	}
+	if n := de.count(`SELECT count(*) FROM node_commands`); n != 0 {
+		t.Fatalf("%d commands queued for a reservation not binding", n)
+	}
+	if n := de.count(`SELECT count(*) FROM events WHERE resource_id = $1 AND type = 'reservation.replaced'
+		AND data->>'reason' = 'nodeLost' AND data->>'nodeId' = $2`, r.ID, first); n != 1 {
+		t.Fatalf("%d replaced events naming the lost node", n)
+	}
+
+	// The second node lost too: nothing else fits, and it fails at once.
+	de.lapse(second, time.Hour)
+	got = de.get(r.ID)
+	if got.State != "failed" || got.EndReason != "nodeLost" {
+		t.Fatalf("after the second node was lost: %+v", got)
+	}
+	if code, reason := failureOf(t, got); code != string(core.CodeUnavailable) || reason != "nodeLost" {
+		t.Fatalf("failure %s", got.Failure)
+	}
+}
