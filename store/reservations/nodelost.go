@@ -210,9 +210,11 @@ func replaceIn(ctx context.Context, tx store.Tx, r Reservation, notAfter *time.T
 		err = placeAndBook(ctx, tx, pool, window)
 	}
 	if err != nil {
+		// Nothing fits, or the pool is no longer the tenant's to use; any
+		// other failure (contention included) is tried again next sweep.
 		var ce *core.Error
-		if errors.As(err, &ce) {
-			return false, nil // nothing fits, or the pool is no longer the tenant's to use
+		if errors.As(err, &ce) && (ce.Code == core.CodeInvalidState || ce.Code == core.CodeNotFound) {
+			return false, nil
 		}
 		return false, err
 	}
