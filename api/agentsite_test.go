@@ -139,7 +139,7 @@ func TestAgentSite(t *testing.T) {
 			t.Fatalf("%s: = %+v, want epoch %d", st.name, out, st.epoch)
 		}
 	}
-	// The agents are recorded (not as nodes), and no row holds a token.
+	// The agents are recorded (each also a site node: agentsite_node_test.go), and no row holds a token.
 	var dump string
 	if err := e.store.Pool.QueryRow(ctx, `SELECT string_agg(row_to_json(t)::text, ' ' ORDER BY holder) FROM site_agents t WHERE site_id = $1`, s.ID).Scan(&dump); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func TestJoinTokens(t *testing.T) {
 
 	// The defaults: 24 hours, one use.
 	one, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID})
-	if err != nil || !core.ValidID("jtok", one.ID) || one.TenantID != "acme" || one.PoolID != p.ID || one.Name != "" ||
+	if err != nil || !core.ValidID("jt", one.ID) || one.TenantID != "acme" || one.PoolID != p.ID || one.Name != "" ||
 		!joinTokenPattern.MatchString(one.Token) || one.State != "active" || one.MaxUses != 1 || one.Uses != 0 ||
 		one.ExpiresAt-one.CreatedAt != 24*3600*1000 || one.CreatedBy != e.boot.UserIdentityID || one.RevokedAt != nil {
 		t.Fatalf("create = %+v, %v", one, err)
@@ -152,7 +152,7 @@ func TestJoinTokens(t *testing.T) {
 	if states := e.joinTokenStates("acme", p.ID); states[fresh.ID] != "revoked" {
 		t.Fatalf("states after revoke = %v", states)
 	}
-	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: core.NewID("jtok")}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p.ID, TokenID: core.NewID("jt")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke of a missing token = %v, want NOT_FOUND", err)
 	}
 	p2 := e.pool(e.boot.UserToken, "acme", s.ID, "infer")
@@ -184,7 +184,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if _, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("list of a missing pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: missing, TokenID: core.NewID("jtok")}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: missing, TokenID: core.NewID("jt")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke on a missing pool = %v, want NOT_FOUND", err)
 	}
 	tok, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID, MaxUses: new(int64(2))})
@@ -254,7 +254,21 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 	if _, err := pools.Get.Call(ctx, g, pools.PoolInput{TenantID: "globex", PoolID: p.ID}); err != nil { // offered: in globex's view
 		t.Fatal(err)
 	}
-	wantNotFound("offered")
+	// Offered: the pool is in globex's view, so the refusal says so.
+	wantDenied := func(what string, err error) {
+		t.Helper()
+		if ce := core.AsError(err); ce.Code != core.CodeAccessDenied || ce.Details["reason"] != "offeredPool" {
+			t.Fatalf("globex %s on the pool offered to it = %v, want ACCESS_DENIED offeredPool", what, err)
+		}
+	}
+	_, err = nodes.CreateJoinToken.Call(ctx, g, nodes.CreateJoinTokenInput{TenantID: "globex", PoolID: p.ID})
+	wantDenied("joinTokens.create", err)
+	_, err = nodes.ListJoinTokens.Call(ctx, g, nodes.PoolInput{TenantID: "globex", PoolID: p.ID})
+	wantDenied("joinTokens.list", err)
+	_, err = nodes.RevokeJoinToken.Call(ctx, g, nodes.JoinTokenInput{TenantID: "globex", PoolID: p.ID, TokenID: tok.ID})
+	wantDenied("joinTokens.revoke", err)
+	_, err = nodes.ListJoinRequests.Call(ctx, g, nodes.ListJoinRequestsInput{TenantID: "globex", PoolID: p.ID})
+	wantDenied("joinRequests.list", err)
 	if n := e.count(`SELECT count(*) FROM join_tokens WHERE tenant_id <> 'acme' OR revoked_at IS NOT NULL`); n != 0 {
 		t.Fatalf("globex changed %d join tokens", n)
 	}
@@ -309,9 +323,9 @@ func TestJoinTokensInvalidInput(t *testing.T) {
 		`{` + ok + `,"state":"active"}`: "state",
 	})
 	e.wantInvalid(e.boot.UserToken, "joinTokens.revoke", map[string]string{
-		`{` + ok + `}`:                           "tokenId",
-		`{` + ok + `,"tokenId":"stok_x"}`:        "tokenId",
-		`{"tenantId":"acme","tokenId":"jtok_x"}`: "poolId",
+		`{` + ok + `}`:                         "tokenId",
+		`{` + ok + `,"tokenId":"stok_x"}`:      "tokenId",
+		`{"tenantId":"acme","tokenId":"jt_x"}`: "poolId",
 	})
 	// Nothing was made.
 	if n := e.count(`SELECT count(*) FROM join_tokens`); n != 0 {

@@ -139,7 +139,8 @@ func (r *Reservations) Bind(ctx context.Context, tenantID, reservationID string,
 
 // BindStatus says how a binding reservation's commands stand
 // (store.BindingWaiting, BindingBound or BindingFailed), or "cancelled"
-// when the reservation was cancelled meanwhile.
+// when the reservation was cancelled meanwhile; a reservation failed
+// meanwhile answers BindingFailed, so the workflow ends at once.
 func (r *Reservations) BindStatus(ctx context.Context, tenantID, reservationID string) (string, error) {
 	var status string
 	err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
@@ -148,8 +149,12 @@ func (r *Reservations) BindStatus(ctx context.Context, tenantID, reservationID s
 			reservationID, tenantID).Scan(&st); err != nil {
 			return err
 		}
-		if states.State(st) == states.Cancelled {
+		switch states.State(st) {
+		case states.Cancelled:
 			status = string(states.Cancelled)
+			return nil
+		case states.Failed: // e.g. its node died and nothing else fits
+			status = store.BindingFailed
 			return nil
 		}
 		var err error

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api/httpx"
@@ -65,7 +66,11 @@ type Deps struct {
 	// SiteLease is the ttl of a site agent's boot lease (default
 	// DefaultSiteLease). Tests shrink it.
 	SiteLease time.Duration
-	Logger    *slog.Logger
+	// Temporal, when set, is told (best effort) of a reservation the
+	// liveness sweep placed again or ended, by its workflow's `changed`
+	// signal; without it the reservation reconciler finds the change.
+	Temporal client.Client
+	Logger   *slog.Logger
 	// Metrics, when set, gets the gateway's series (bc_agent_sessions,
 	// bc_agent_heartbeat_seconds).
 	Metrics prometheus.Registerer

@@ -11,6 +11,7 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/nodes"
 	sitedomain "github.com/better-compute/better-compute/store/sites"
 )
 
@@ -73,8 +74,9 @@ func (g *Gateway) siteResult(siteID string, l store.Lease, ttl time.Duration) pr
 }
 
 // SiteRegister serves a site agent's registration: it authenticates the
-// site token, records the agent (site_agents: a site agent is no nodes row,
-// which belongs to a pool) and takes the site's boot lease for the holder.
+// site token, takes the site's boot lease for the holder and records the
+// agent (store/nodes.RegisterSiteAgent: its nodes row, role site, and its
+// registration).
 // A lease another live holder has is CONFLICT: the agent retries later.
 func (g *Gateway) SiteRegister(ctx context.Context, in protocol.SiteRegisterRequest) (protocol.SiteResult, error) {
 	if err := g.checkSiteAgent(in.Token, in.Holder); err != nil {
@@ -94,11 +96,8 @@ func (g *Gateway) SiteRegister(ctx context.Context, in protocol.SiteRegisterRequ
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO site_agents (site_id, holder, tenant_id, site_token_id, lease_epoch)
-			VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (site_id, holder) DO UPDATE SET site_token_id = EXCLUDED.site_token_id,
-				lease_epoch = EXCLUDED.lease_epoch, last_seen_at = now()`,
-			a.siteID, in.Holder, a.tenantID, a.tokenID, l.Epoch); err != nil {
+		if _, err := domain.RegisterSiteAgent(ctx, tx, g.types, domain.SiteAgent{SiteID: a.siteID, Holder: in.Holder,
+			TokenID: a.tokenID, LeaseEpoch: l.Epoch, LeaseExpiresAt: l.ExpiresAt}); err != nil {
 			return err
 		}
 		out = g.siteResult(a.siteID, l, ttl)
@@ -127,8 +126,8 @@ func (g *Gateway) SiteRenew(ctx context.Context, in protocol.SiteRenewRequest) (
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE site_agents SET last_seen_at = now() WHERE site_id = $1 AND holder = $2`,
-			a.siteID, in.Holder); err != nil {
+		if err := domain.RenewSiteAgent(ctx, tx, g.types, domain.SiteAgent{SiteID: a.siteID, Holder: in.Holder,
+			TokenID: a.tokenID, LeaseEpoch: l.Epoch, LeaseExpiresAt: l.ExpiresAt}); err != nil {
 			return err
 		}
 		out = g.siteResult(a.siteID, l, ttl)

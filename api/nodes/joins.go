@@ -81,7 +81,7 @@ type PoolInput struct {
 type JoinTokenInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID   string `json:"poolId" jsonschema:"required" id:"pool"`
-	TokenID  string `json:"tokenId" jsonschema:"required" id:"jtok"`
+	TokenID  string `json:"tokenId" jsonschema:"required" id:"jt"`
 }
 
 // ListJoinRequestsInput is joinRequests.list's input; state filters when set.
@@ -144,7 +144,7 @@ func (m methods) joins() []rpc.Descriptor {
 		&rpc.Method[PoolInput, JoinTokenList]{Name: ListJoinTokens, Action: "compute:join-tokens:read",
 			DecidedOn: "compute-pool", Phase: "v0.1", Kind: core.KindRead,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in PoolInput) (JoinTokenList, error) {
-				if _, err := pools.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
+				if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
 					return JoinTokenList{}, err
 				}
 				rows, err := domain.ListJoinTokens(ctx, tx, c.TenantID, in.PoolID, rpc.ListLimit)
@@ -159,6 +159,9 @@ func (m methods) joins() []rpc.Descriptor {
 		&rpc.Method[JoinTokenInput, JoinToken]{Name: RevokeJoinToken, Action: "compute:join-tokens:revoke",
 			DecidedOn: "compute-pool", Phase: "v0.1", Kind: core.KindMutation,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in JoinTokenInput) (JoinToken, error) {
+				if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+					return JoinToken{}, err
+				}
 				if _, err := pools.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 					return JoinToken{}, err
 				}
@@ -172,7 +175,7 @@ func (m methods) joins() []rpc.Descriptor {
 		&rpc.Method[ListJoinRequestsInput, JoinRequestList]{Name: ListJoinRequests, Action: "compute:join-tokens:read",
 			DecidedOn: "compute-pool", Phase: "v0.2", Kind: core.KindRead,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListJoinRequestsInput) (JoinRequestList, error) {
-				if _, err := pools.Own(ctx, tx, c.TenantID, in.PoolID); err != nil {
+				if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
 					return JoinRequestList{}, err
 				}
 				rows, err := domain.ListJoinRequests(ctx, tx, c.TenantID, in.PoolID, in.State, rpc.ListLimit)
@@ -189,6 +192,9 @@ func (m methods) joins() []rpc.Descriptor {
 		&rpc.Method[JoinRequestInput, JoinRequest]{Name: RejectJoinRequest, Action: "compute:join-tokens:create",
 			DecidedOn: "compute-pool", Phase: "v0.2", Kind: core.KindMutation,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in JoinRequestInput) (JoinRequest, error) {
+				if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+					return JoinRequest{}, err
+				}
 				if _, err := pools.Load(ctx, tx, c.TenantID, in.PoolID); err != nil {
 					return JoinRequest{}, err
 				}
@@ -208,6 +214,22 @@ func (m methods) joins() []rpc.Descriptor {
 	}
 }
 
+// ownPool reads the tenant's own pool for the join methods, whose tokens
+// and requests are the pool owner's alone. A pool offered to the tenant is
+// in its view (pools.get shows it), so refusing it is ACCESS_DENIED, not
+// NOT_FOUND; a pool outside the view stays NOT_FOUND.
+func ownPool(ctx context.Context, tx store.Tx, tenantID, poolID string) (pools.Pool, error) {
+	p, err := pools.View(ctx, tx, tenantID, poolID)
+	if err != nil {
+		return pools.Pool{}, err
+	}
+	if p.TenantID != tenantID {
+		return pools.Pool{}, core.Errorf(core.CodeAccessDenied, "pool %s is offered to tenant %s: only its owner enrols nodes in it", p.ID, tenantID).
+			WithDetails(map[string]any{"reason": "offeredPool", "poolId": p.ID})
+	}
+	return p, nil
+}
+
 // createJoinToken makes a join token of the tenant's own, live pool whose
 // nodes run bcd. The answer is the only place the token ever appears.
 func (m methods) createJoinToken(ctx context.Context, c *rpc.Call, tx store.Tx, in CreateJoinTokenInput) (JoinToken, error) {
@@ -217,6 +239,9 @@ func (m methods) createJoinToken(ctx context.Context, c *rpc.Call, tx store.Tx, 
 	}
 	if in.MaxUses != nil {
 		maxUses = int(*in.MaxUses)
+	}
+	if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+		return JoinToken{}, err
 	}
 	p, err := pools.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {
@@ -247,6 +272,9 @@ func (m methods) createJoinToken(ctx context.Context, c *rpc.Call, tx store.Tx, 
 func (m methods) approveJoinRequest(ctx context.Context, c *rpc.Call, tx store.Tx, in JoinRequestInput) (JoinRequest, error) {
 	if m.d.NodeCA == nil {
 		return JoinRequest{}, core.Errorf(core.CodeUnavailable, "no node CA configured")
+	}
+	if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
+		return JoinRequest{}, err
 	}
 	pool, err := pools.Live(ctx, tx, c.TenantID, in.PoolID)
 	if err != nil {

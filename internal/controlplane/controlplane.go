@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Store: cfg.Store, Catalog: catalog, RootTenant: cfg.RootTenant,
 		NodeCA: cfg.NodeCA, AgentEndpoint: cfg.AgentEndpoint,
 		AgentLease: cfg.AgentLease, AgentHeartbeat: cfg.AgentHeartbeat,
-		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace,
+		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace, Temporal: cfg.Temporal,
 		Logger: cfg.Logger.With("component", "agent-gateway"), Metrics: metrics,
 	})
 	if err != nil {

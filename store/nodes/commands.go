@@ -150,6 +150,9 @@ func RunCommand(ctx context.Context, tx store.Tx, tenantID, nodeID string, in Ne
 		return Command{}, core.Errorf(core.CodeInvalidState, "node %s runs no node agent (adapter %s): it takes no commands", n.ID, n.Adapter).
 			WithDetails(map[string]any{"reason": "adapter"})
 	}
+	if err := notSiteNode(n, "sent commands"); err != nil {
+		return Command{}, err
+	}
 	args, err := commandArgs(ctx, tx, n.ID, in.Kind, in.Args)
 	if err != nil {
 		return Command{}, err

@@ -22,6 +22,10 @@ import (
 // JoinTokenPrefix starts every join token.
 const JoinTokenPrefix = "bcjt_"
 
+// JoinTokenIDPrefix is the prefix of a join token's id (jt_<ULID>), the
+// domain model's; the token itself is a secret and starts JoinTokenPrefix.
+const JoinTokenIDPrefix = "jt"
+
 // Join token states, as joinTokens.list reports them. A token that is
 // several at once reports the first: revoked, exhausted, expired.
 const (
@@ -87,7 +91,7 @@ type NewJoinToken struct {
 }
 
 // CreateJoinToken records a join token of the tenant's pool (the caller
-// has checked the pool). Its id is jtok_<ULID>.
+// has checked the pool). Its id is jt_<ULID>.
 func CreateJoinToken(ctx context.Context, tx store.Tx, in NewJoinToken) (JoinToken, error) {
 	if len(in.Hash) != sha256.Size {
 		return JoinToken{}, errors.New("store: a join token's hash is a SHA-256")
@@ -95,7 +99,7 @@ func CreateJoinToken(ctx context.Context, tx store.Tx, in NewJoinToken) (JoinTok
 	return scanJoinToken(tx.QueryRow(ctx, `INSERT INTO join_tokens AS t
 		(id, tenant_id, pool_id, name, token_hash, expires_at, max_uses, created_by)
 		VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6), $7, $8) RETURNING `+joinTokenColumns,
-		core.NewID("jtok"), in.TenantID, in.PoolID, in.Name, in.Hash, in.TTL.Seconds(), in.MaxUses, in.CreatedBy))
+		core.NewID(JoinTokenIDPrefix), in.TenantID, in.PoolID, in.Name, in.Hash, in.TTL.Seconds(), in.MaxUses, in.CreatedBy))
 }
 
 // ListJoinTokens reads the tenant's join tokens of a pool, every state,

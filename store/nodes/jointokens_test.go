@@ -77,7 +77,7 @@ func TestCreateJoinToken(t *testing.T) {
 	pool := joinPool(t, s, "acme")
 	before := time.Now()
 	jt, plain := newJoinToken(t, s, "acme", pool, 3)
-	if !core.ValidID("jtok", jt.ID) || jt.TenantID != "acme" || jt.PoolID != pool || jt.MaxUses != 3 || jt.Uses != 0 ||
+	if !core.ValidID("jt", jt.ID) || jt.TenantID != "acme" || jt.PoolID != pool || jt.MaxUses != 3 || jt.Uses != 0 ||
 		jt.State != nodes.JoinTokenActive || jt.RevokedAt != nil || jt.CreatedBy != "idn_x" {
 		t.Fatalf("created %+v", jt)
 	}
@@ -169,7 +169,7 @@ func TestConsumeJoinToken(t *testing.T) {
 
 	// Revoking through another pool or tenant, or a missing token: NOT_FOUND.
 	other := joinPool(t, s, "acme")
-	for _, c := range []struct{ tenant, pool, id string }{{"acme", other, jt.ID}, {"globex", pool, jt.ID}, {"acme", pool, core.NewID("jtok")}} {
+	for _, c := range []struct{ tenant, pool, id string }{{"acme", other, jt.ID}, {"globex", pool, jt.ID}, {"acme", pool, core.NewID("jt")}} {
 		err := s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 			_, err := nodes.RevokeJoinToken(ctx, tx, c.tenant, c.pool, c.id)
 			return err

@@ -47,6 +47,9 @@ func Drain(ctx context.Context, tx store.Tx, tenantID, id, mode, by string) (Nod
 	if n.DrainState != "" {
 		return n, nil
 	}
+	if err := notSiteNode(n, "drained"); err != nil {
+		return Node{}, err
+	}
 	pool, err := pools.Load(ctx, tx, tenantID, n.PoolID)
 	if err != nil {
 		return Node{}, err

@@ -25,30 +25,34 @@ import (
 )
 
 // ResourceType is the catalog type a node is decided on; PoolType its
-// parent's.
+// parent's, SiteType a site node's parent's.
 const (
 	ResourceType = "node"
 	PoolType     = "pool"
+	SiteType     = "site"
 )
 
-// Types are the catalog's full names of a node and of its pool, as the
-// authorization rows hold them.
+// Types are the catalog's full names of a node, of its pool and of a site
+// node's site, as the authorization rows hold them.
 type Types struct {
-	Node, Pool string
+	Node, Pool, Site string
 }
 
-// TypesOf names the node and pool types in c.
+// TypesOf names the node, pool and site types in c.
 func TypesOf(c *core.Catalog) Types {
-	return Types{Node: c.FullName(ResourceType), Pool: c.FullName(PoolType)}
+	return Types{Node: c.FullName(ResourceType), Pool: c.FullName(PoolType), Site: c.FullName(SiteType)}
 }
 
 // Node is a node as the API returns it: every state axis on its own, the
 // computed schedulability with the clauses that fail, and its device and
 // atom counts (live devices; atoms are the bookable ones).
 type Node struct {
-	ID             string `json:"id"`
-	TenantID       string `json:"tenantId"` // the pool's owner
+	ID       string `json:"id"`
+	TenantID string `json:"tenantId"` // the pool's owner (a site node's: the site's)
+	// PoolID is "" for a site agent's node (role site), which serves its
+	// whole site; SiteID is the pool's site, or the site node's own.
 	PoolID         string `json:"poolId"`
+	SiteID         string `json:"siteId"`
 	Region         string `json:"region"`
 	Name           string `json:"name"`
 	ProvisionState string `json:"provisionState"`
@@ -145,13 +149,15 @@ const (
 	MaxTaints = 32
 )
 
-const nodeSelect = `SELECT n.id, n.tenant_id, n.pool_id, s.region, n.name, n.provision_state, n.maintenance, n.cordoned,
+// nodeSelect reads nodes n with their site s: their pool's, or for a site
+// agent's node (role site, no pool) its own.
+const nodeSelect = `SELECT n.id, n.tenant_id, COALESCE(n.pool_id, ''), s.id, s.region, n.name, n.provision_state, n.maintenance, n.cordoned,
 	n.power, n.connectivity, n.conditions, n.role, n.trust, n.adapter, n.driver_bindings, n.owner_tenant_id, n.dedicated_to,
 	n.generation, n.observed_generation, n.labels, n.taints, n.no_schedule_reasons, n.hardware_key, n.hardware_key_trusted,
 	n.gpu_model, n.gpu_count, n.created_at, n.updated_at, n.deleted_at, n.drain_state, n.drain_mode,
 	(SELECT count(*) FROM devices d WHERE d.node_id = n.id AND d.removed_at IS NULL),
 	(SELECT count(*) FROM devices d WHERE d.node_id = n.id AND d.removed_at IS NULL AND d.bookable)
-	FROM nodes n JOIN pools p ON p.id = n.pool_id JOIN sites s ON s.id = p.site_id`
+	FROM nodes n LEFT JOIN pools p ON p.id = n.pool_id JOIN sites s ON s.id = COALESCE(p.site_id, n.site_id)`
 
 func scanNode(row pgx.Row) (Node, error) {
 	var n Node
@@ -159,7 +165,7 @@ func scanNode(row pgx.Row) (Node, error) {
 	var created, updated time.Time
 	var deleted *time.Time
 	var devices, atoms int64
-	err := row.Scan(&n.ID, &n.TenantID, &n.PoolID, &n.Region, &n.Name, &n.ProvisionState, &n.Maintenance, &n.Cordoned,
+	err := row.Scan(&n.ID, &n.TenantID, &n.PoolID, &n.SiteID, &n.Region, &n.Name, &n.ProvisionState, &n.Maintenance, &n.Cordoned,
 		&n.Power, &n.Connectivity, &conditions, &n.Role, &n.Trust, &n.Adapter, &bindings, &n.OwnerTenantID, &n.DedicatedTo,
 		&n.Generation, &n.ObservedGeneration, &labels, &taints, &n.NoScheduleReasons, &n.HardwareKey, &n.HardwareKeyTrusted,
 		&n.GPUModel, &n.GPUCount, &created, &updated, &deleted, &n.DrainState, &n.DrainMode, &devices, &atoms)
@@ -219,12 +225,16 @@ func collectStrings(rows pgx.Rows, err error) ([]string, error) {
 // NotFound is the error of a node the caller may not see or that is gone.
 func NotFound(id string) error { return core.Errorf(core.CodeNotFound, "node %s not found", id) }
 
-// PutAuthz writes the node's projection row (parent: its pool) in the
-// transaction that changed the node.
+// PutAuthz writes the node's projection row (parent: its pool, or a site
+// node's site) in the transaction that changed the node.
 func PutAuthz(ctx context.Context, tx store.Tx, t Types, n Node) error {
+	parentType, parentID := t.Pool, n.PoolID
+	if n.PoolID == "" {
+		parentType, parentID = t.Site, n.SiteID
+	}
 	return store.PutAuthzResource(ctx, tx, store.AuthzResource{
 		Type: t.Node, ID: n.ID, TenantID: n.TenantID,
-		ParentType: t.Pool, ParentID: n.PoolID,
+		ParentType: parentType, ParentID: parentID,
 		Attributes: map[string]any{"region": n.Region, "gpuModel": n.GPUModel, "gpuCount": n.GPUCount,
 			"lifecycle": n.ProvisionState, "trust": n.Trust, "dedicatedTo": n.DedicatedTo},
 	})
@@ -346,6 +356,10 @@ func Create(ctx context.Context, tx store.Tx, t Types, in NewNode) (Node, error)
 	}
 	if in.Name == "" {
 		return Node{}, badField("name", "required", "a node needs a name")
+	}
+	if in.Role == nodestate.RoleSite {
+		// A site node has no pool: RegisterSiteAgent makes it.
+		return Node{}, badField("role", "invalid", "a site agent's node is made by its registration, not in a pool")
 	}
 	bindings := in.DriverBindings
 	if bindings == nil {

@@ -52,8 +52,10 @@ type Reservation struct {
 	Failure        json.RawMessage `json:"failure,omitempty"`
 	// EndReason says why it ended (core/reservations.EndReasons), once its
 	// ending began; EndedAt when it reached a terminal state (epoch ms).
-	EndReason   string       `json:"endReason,omitempty"`
-	EndedAt     *int64       `json:"endedAt,omitempty"`
+	EndReason string `json:"endReason,omitempty"`
+	EndedAt   *int64 `json:"endedAt,omitempty"`
+	// Conditions are what is wrong with it now (nodelost.go).
+	Conditions  []Condition  `json:"conditions"`
 	Allocations []Allocation `json:"allocations"`
 	CreatedAt   int64        `json:"createdAt"`
 	UpdatedAt   int64        `json:"updatedAt"`
@@ -83,14 +85,14 @@ var gpuClasses = map[string]bool{placement.ClassGPU: true, placement.ClassMIG: t
 const columns = `r.id, r.tenant_id, r.owner_identity_id, r.pool_id, r.project_id, r.state, r.devices,
 	(extract(epoch FROM r.starts_at) * 1000)::bigint, (extract(epoch FROM r.ends_at) * 1000)::bigint,
 	r.binding, r.lease_seconds, (extract(epoch FROM r.lease_expires_at) * 1000)::bigint, r.spot, r.failure,
-	COALESCE(r.end_reason, ''), (extract(epoch FROM r.ended_at) * 1000)::bigint,
+	COALESCE(r.end_reason, ''), (extract(epoch FROM r.ended_at) * 1000)::bigint, r.conditions,
 	(extract(epoch FROM r.created_at) * 1000)::bigint, (extract(epoch FROM r.updated_at) * 1000)::bigint`
 
 func scan(row pgx.Row) (Reservation, error) {
 	var r Reservation
 	var failure []byte
 	err := row.Scan(&r.ID, &r.TenantID, &r.OwnerIdentityID, &r.PoolID, &r.ProjectID, &r.State, &r.Devices, &r.Start, &r.End,
-		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.EndReason, &r.EndedAt, &r.CreatedAt, &r.UpdatedAt)
+		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.EndReason, &r.EndedAt, &r.Conditions, &r.CreatedAt, &r.UpdatedAt)
 	if failure != nil {
 		r.Failure = failure
 	}
@@ -297,11 +299,24 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, 
 	if err := checkLimits(ctx, tx, tenantID, pool, r, r.Start, r.End, true); err != nil {
 		return Reservation{}, err
 	}
+	if err := placeAndBook(ctx, tx, pool, r); err != nil {
+		return Reservation{}, err
+	}
+	if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.Pending, states.Placed, nil); err != nil {
+		return Reservation{}, err
+	}
+	return Load(ctx, tx, tenantID, r.ID, false)
+}
+
+// placeAndBook places r's request over [r.Start, r.End) on the pool's free
+// atoms and books the plan (preempting spot reservations when r is not
+// spot), re-placing when a concurrent booking wins; see Place.
+func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservation) error {
 	req := r.Devices
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
 		nodes, err := capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false)
 		if err != nil {
-			return Reservation{}, err
+			return err
 		}
 		plan, reasons := placement.Place(req, nodes)
 		var victims []spotVictim
@@ -309,22 +324,22 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, 
 			// Atoms held only by spot reservations are this request's
 			// for the taking.
 			if nodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, true); err != nil {
-				return Reservation{}, err
+				return err
 			}
 			if p, rs := placement.Place(req, nodes); len(rs) == 0 {
 				if victims, err = spotVictims(ctx, tx, p, r.Start, r.End); err != nil {
-					return Reservation{}, err
+					return err
 				}
 				plan, reasons = p, nil
 			}
 		}
 		if len(reasons) > 0 {
-			return Reservation{}, core.Errorf(core.CodeInvalidState, "the request does not fit in pool %s over the window", pool.ID).
+			return core.Errorf(core.CodeInvalidState, "the request does not fit in pool %s over the window", pool.ID).
 				WithDetails(map[string]any{"reason": "noCapacity", "reasons": reasons, "reservationId": r.ID})
 		}
 		sp, err := tx.Begin(ctx) // a SAVEPOINT
 		if err != nil {
-			return Reservation{}, err
+			return err
 		}
 		err = preempt(ctx, sp, victims, r)
 		if err == nil {
@@ -332,22 +347,19 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, 
 		}
 		if err != nil {
 			if rerr := sp.Rollback(ctx); rerr != nil {
-				return Reservation{}, rerr
+				return rerr
 			}
 			if st := pgState(err); st == "23P01" || st == "40P01" {
 				continue // a concurrent booking won: read and place again
 			}
-			return Reservation{}, err
+			return err
 		}
 		if err := sp.Commit(ctx); err != nil {
-			return Reservation{}, err
+			return err
 		}
-		if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.Pending, states.Placed, nil); err != nil {
-			return Reservation{}, err
-		}
-		return Load(ctx, tx, tenantID, r.ID, false)
+		return nil
 	}
-	return Reservation{}, core.Errorf(core.CodeUnavailable, "concurrent bookings kept taking the atoms; retry with the same idempotencyKey").
+	return core.Errorf(core.CodeUnavailable, "concurrent bookings kept taking the atoms; retry with the same idempotencyKey").
 		WithDetails(map[string]any{"reason": "contention", "reservationId": r.ID})
 }
 
