@@ -34,12 +34,14 @@ const (
 	// failed because its node was lost), so it reads the row again.
 	SignalChanged = "changed"
 
-	ActivityBind        = "ReservationBind"
-	ActivityBindStatus  = "ReservationBindStatus"
-	ActivityFailBinding = "ReservationFailBinding"
-	ActivityMarkActive  = "ReservationMarkActive"
-	ActivityExpire      = "ReservationExpire"
-	ActivityRelease     = "ReservationRelease"
+	ActivityBind          = "ReservationBind"
+	ActivityBindStatus    = "ReservationBindStatus"
+	ActivityFailBinding   = "ReservationFailBinding"
+	ActivityMarkActive    = "ReservationMarkActive"
+	ActivityExpire        = "ReservationExpire"
+	ActivityRelease       = "ReservationRelease"
+	ActivityReleaseLapsed = "ReservationReleaseLapsed"
+	ActivityState         = "ReservationState"
 
 	// The reconciler: a Temporal schedule runs ReconcileReservationsWorkflow,
 	// whose one activity starts the workflows of placed reservations that
@@ -74,11 +76,21 @@ type ReservationResult struct {
 }
 
 // ExpireResult is what the expiry activity found: Released when the
-// reservation ran past its end and is now released, otherwise the row's
+// reservation ran past its end and is now ended (State says how: released,
+// or the state it was ended in outside the workflow), otherwise the row's
 // (extended) End, epoch ms.
 type ExpireResult struct {
 	Released bool
+	State    string
 	End      int64
+}
+
+// RowState is a reservation's row as the State activity reads it: its
+// state, whether that is terminal, and its end reason once it has one.
+type RowState struct {
+	State     string
+	Terminal  bool
+	EndReason string
 }
 
 // StartReservation starts the workflow of a placed reservation (workflow id

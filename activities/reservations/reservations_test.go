@@ -73,9 +73,14 @@ func TestMarkActiveThenReleaseCutsTheBookingsOnce(t *testing.T) {
 	if again := fleet.Bookings(t, s); len(again) != 1 || !again[0].Upper.Equal(cut[0].Upper) {
 		t.Fatalf("second release changed the bookings: %+v", again)
 	}
-	// A released reservation is never activated again.
-	_, err := a.MarkActive(ctx, "ten_a", "res_1")
-	wantCode(t, err, "INVALID_STATE")
+	// A released reservation is never activated again: the activation
+	// answers the state it found.
+	if got, err := a.MarkActive(ctx, "ten_a", "res_1"); err != nil || got != "released" {
+		t.Fatalf("MarkActive of a released reservation = %q, %v", got, err)
+	}
+	if got := fleet.State(t, s); got != "released" {
+		t.Fatalf("state = %s", got)
+	}
 
 	// Each edge was published once, in order, and the usage interval opened
 	// at activation was closed at release.
@@ -174,11 +179,22 @@ func commandsOf(t *testing.T, s *store.Store) []string {
 	return out
 }
 
+// bookedNow makes gpu-1's booking (which begins in an hour in the seed)
+// cover now too, as a reservation's bookings do once its window began.
+func bookedNow(t *testing.T, s *store.Store) {
+	t.Helper()
+	if _, err := s.Pool.Exec(context.Background(), `UPDATE device_bookings SET during = tstzrange(now() - interval '1 hour', now() + interval '2 hours')
+		WHERE allocation_id = 'alloc_1' AND device_id = 'gpu-1'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Binding queues the agent's cdi.expose once, waits for its success, and
 // the release queues its cdi.withdraw.
 func TestBindThenReleaseWithdraws(t *testing.T) {
 	s := testenv.Store(t)
 	fleet.Seed(t, s, "placed")
+	bookedNow(t, s)
 	ctx := context.Background()
 	a := &Reservations{Store: s}
 	for range 2 { // a retry queues nothing twice
@@ -217,6 +233,7 @@ func TestBindThenReleaseWithdraws(t *testing.T) {
 func TestFailBindingFreesTheAtoms(t *testing.T) {
 	s := testenv.Store(t)
 	fleet.Seed(t, s, "placed")
+	bookedNow(t, s)
 	ctx := context.Background()
 	a := &Reservations{Store: s}
 	if _, err := a.Bind(ctx, "ten_a", "res_1", time.Minute); err != nil {
@@ -238,7 +255,8 @@ func TestFailBindingFreesTheAtoms(t *testing.T) {
 	if st := fleet.State(t, s); st != "failed" {
 		t.Fatalf("state = %s", st)
 	}
-	if got := fleet.Bookings(t, s); len(got) != 1 || !got[0].Upper.Before(time.Now().Add(time.Minute)) {
+	if got := fleet.Bookings(t, s); len(got) != 2 || !got[0].Upper.Before(time.Now().Add(time.Minute)) ||
+		!got[1].Upper.Before(time.Now().Add(time.Minute)) {
 		t.Fatalf("bookings after the failure = %+v", got)
 	}
 	if cmds := commandsOf(t, s); len(cmds) != 2 || !strings.HasPrefix(cmds[1], "cdi.withdraw") {
@@ -270,5 +288,42 @@ func TestPreemptAnActiveSpotReservation(t *testing.T) {
 	}
 	if got := fleet.Bookings(t, s); len(got) != 1 || got[0].Device != "gpu-0" || !got[0].Upper.Equal(at) {
 		t.Fatalf("bookings = %+v, want gpu-0's cut at %v and gpu-1's gone", got, at)
+	}
+}
+
+// A reservation whose window is over by the time it binds is failed, its
+// atoms freed, and nothing is exposed; one whose booking has not begun is
+// a retryable error that changes nothing.
+func TestBindOutsideTheBookingFailsTheReservation(t *testing.T) {
+	s := testenv.Store(t)
+	fleet.Seed(t, s, "placed")
+	ctx := context.Background()
+	a := &Reservations{Store: s}
+	_, err := a.Bind(ctx, "ten_a", "res_1", time.Minute) // gpu-1's booking begins in an hour
+	var ae *temporal.ApplicationError
+	if err == nil || (errors.As(err, &ae) && ae.NonRetryable()) {
+		t.Fatalf("Bind before gpu-1's booking began = %v, want a retryable error", err)
+	}
+	if st := fleet.State(t, s); st != "placed" {
+		t.Fatalf("state = %s", st)
+	}
+	if _, err := s.Pool.Exec(ctx, `UPDATE device_bookings SET during = tstzrange(now() - interval '2 hours', now() - interval '1 hour')
+		WHERE allocation_id = 'alloc_1'`); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.Bind(ctx, "ten_a", "res_1", time.Minute); err != nil || st != "failed" {
+		t.Fatalf("Bind after the window = %q, %v; want failed", st, err)
+	}
+	var st, reason, failure string
+	if err := s.Pool.QueryRow(ctx, `SELECT state, end_reason, failure::text FROM reservations WHERE id = 'res_1'`).Scan(&st, &reason, &failure); err != nil {
+		t.Fatal(err)
+	}
+	if st != "failed" || reason != "failed" || !strings.Contains(failure, `"notBooked"`) {
+		t.Fatalf("state %s, end reason %s, failure %s", st, reason, failure)
+	}
+	for _, c := range commandsOf(t, s) {
+		if strings.HasPrefix(c, "cdi.expose") {
+			t.Fatalf("exposed outside the booking: %q", c)
+		}
 	}
 }
