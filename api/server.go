@@ -56,6 +56,9 @@ type Deps struct {
 	// /metrics serves, so other parts of the process (the agent gateway)
 	// can add theirs; by default the server has a registry of its own.
 	Metrics *prometheus.Registry
+	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
+	// one year).
+	ReservationMaxAhead time.Duration
 }
 
 // RouteMounter puts routes on the API's router.
@@ -109,7 +112,7 @@ func New(deps Deps) (*Server, error) {
 		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(deps.Metrics),
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
-		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA}
+		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

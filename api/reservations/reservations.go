@@ -109,7 +109,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				Prepare: func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in CreateInput) (iam.Resource, error) {
 					row, err := domain.Draft(ctx, tx, m.types(), c.TenantID, draftID, c.Caller.IdentityID, domain.Request{
 						PoolID: in.PoolID, Devices: in.Devices, Start: in.Start, Duration: in.Duration, Binding: in.Binding,
-						LeaseSeconds: in.LeaseSeconds, ProjectID: in.ProjectID, Spot: in.Spot})
+						LeaseSeconds: in.LeaseSeconds, ProjectID: in.ProjectID, Spot: in.Spot, MaxAhead: d.ReservationMaxAhead})
 					return resource(row), err
 				},
 				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) (Reservation, error) {

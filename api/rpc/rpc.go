@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -66,6 +67,9 @@ type Deps struct {
 	// NodeCA signs the certificates of admitted nodes; nil when none is
 	// configured.
 	NodeCA *nodeca.CA
+	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
+	// the reservations domain's default, one year).
+	ReservationMaxAhead time.Duration
 }
 
 // Resource names a resource of a catalog type ("pool") by its full name.

@@ -51,6 +51,9 @@ type Config struct {
 	// TemporalAddress and TemporalNamespace are told to registering site
 	// agents (`bcd site`), which run their workers there.
 	TemporalAddress, TemporalNamespace string
+	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
+	// one year).
+	ReservationMaxAhead time.Duration
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -154,7 +157,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		IAM: caching.Port(), Catalog: catalog, RootTenant: cfg.RootTenant,
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
-		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics,
+		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
 	})
 	if err != nil {
 		return nil, err

@@ -72,6 +72,19 @@ type Types struct {
 	Reservation, Pool string
 }
 
+// plannedBinding says whether the schema names binding but no driver
+// serves it yet, and which phase will: a reservation with one would go
+// active with nothing bound.
+func plannedBinding(binding string) (phase string, planned bool) {
+	switch binding {
+	case "instance":
+		return "v0.3", true
+	case "node":
+		return "v0.5", true
+	}
+	return "", false
+}
+
 // maxPlaceAttempts bounds the placements of one request that concurrent
 // bookings refuse: each refusal means another booking committed.
 const maxPlaceAttempts = 16
@@ -184,7 +197,8 @@ func authzRow(types Types, tenantID, id, ownerID string, pool pools.Pool, req pl
 }
 
 // Request is what reservations.create asks for. Start nil is now;
-// Duration is in seconds.
+// Duration is in seconds. MaxAhead bounds how far ahead Start may be (0:
+// DefaultMaxAhead), a server-wide setting rather than the caller's.
 type Request struct {
 	PoolID       string
 	Devices      placement.Request
@@ -194,13 +208,50 @@ type Request struct {
 	LeaseSeconds *int64
 	ProjectID    string
 	Spot         bool
+	MaxAhead     time.Duration
+}
+
+// A booking window's start is checked against the database's clock (the
+// one every booking, cut and bind is made on): it may lie at most
+// StartTolerance in the past (a client's clock a little behind) and at
+// most the server's MaxAhead (by default DefaultMaxAhead) in the future.
+const (
+	StartTolerance  = 60 * time.Second
+	DefaultMaxAhead = 365 * 24 * time.Hour
+)
+
+// checkStart refuses a start before now - StartTolerance or after now +
+// maxAhead (INVALID_INPUT naming start), now being the transaction's.
+func checkStart(ctx context.Context, tx store.Tx, start *int64, maxAhead time.Duration) error {
+	if start == nil {
+		return nil
+	}
+	if maxAhead <= 0 {
+		maxAhead = DefaultMaxAhead
+	}
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	earliest, latest := now.Add(-StartTolerance).UnixMilli(), now.Add(maxAhead).UnixMilli()
+	switch {
+	case *start < earliest:
+		return core.Errorf(core.CodeInvalidInput, "start %d is in the past (now is %d; %s of clock skew is tolerated)",
+			*start, now.UnixMilli(), StartTolerance).
+			WithDetails(map[string]any{"field": "start", "reason": "past", "minimum": earliest})
+	case *start > latest:
+		return core.Errorf(core.CodeInvalidInput, "start %d is more than %s ahead (now is %d)", *start, maxAhead, now.UnixMilli()).
+			WithDetails(map[string]any{"field": "start", "reason": "tooFarAhead", "maximum": latest})
+	}
+	return nil
 }
 
 // Draft writes the draft reservation draftID (state draft) and its
 // authorization row, which the decision is made on: the pool must resolve
 // in the tenant's view (own or offered; NOT_FOUND otherwise) and be live,
-// the project be the tenant's live one. Binding defaults to hold; node is
-// planned.
+// the project be the tenant's live one, and the start within the window
+// checkStart allows. Binding defaults to hold; instance and node are not
+// served yet (UNSUPPORTED).
 func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, ownerID string, in Request) (store.AuthzResource, error) {
 	req, verr := placement.Normalize(in.Devices, "devices.")
 	if verr != nil {
@@ -209,9 +260,12 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 	if in.Binding == "" {
 		in.Binding = "hold"
 	}
-	if in.Binding == "node" {
-		return store.AuthzResource{}, core.Errorf(core.CodeUnsupported, "binding node is planned for v0.5").
-			WithDetails(map[string]any{"field": "binding", "reason": "planned", "phase": "v0.5"})
+	if phase, planned := plannedBinding(in.Binding); planned {
+		return store.AuthzResource{}, core.Errorf(core.CodeUnsupported, "binding %s is planned for %s", in.Binding, phase).
+			WithDetails(map[string]any{"field": "binding", "reason": "planned", "phase": phase})
+	}
+	if err := checkStart(ctx, tx, in.Start, in.MaxAhead); err != nil {
+		return store.AuthzResource{}, err
 	}
 	pool, err := pools.View(ctx, tx, tenantID, in.PoolID)
 	if err != nil {
