@@ -44,9 +44,10 @@ const (
 	ActivityState         = "ReservationState"
 
 	// The reconciler: a Temporal schedule runs ReconcileReservationsWorkflow,
-	// whose one activity starts the workflows of placed reservations that
-	// have none (the API crashed between committing the placement and
-	// starting the workflow, and the caller never retried).
+	// whose one activity starts the workflows of live reservations that
+	// have none running (the API crashed between committing the placement
+	// and starting the workflow, or the run was terminated, cancelled or
+	// lost), and sweeps stale drafts.
 	ReconcileReservationsWorkflowName = "ReconcileReservationsWorkflow"
 	ReconcileReservationsScheduleID   = "reservations-reconciler"
 	ActivityReconcile                 = "ReservationsReconcile"
@@ -93,14 +94,17 @@ type RowState struct {
 	EndReason string
 }
 
-// StartReservation starts the workflow of a placed reservation (workflow id
-// = the reservation id) on taskQueue. It is idempotent: a running workflow
-// is kept, and one that ran and finished is not started again.
+// StartReservation starts the workflow of a live reservation (workflow id
+// = the reservation id) on taskQueue. A running workflow is kept (one run
+// per reservation at a time); one that closed (finished, failed,
+// terminated, cancelled or timed out) is started again from p, so callers
+// start only reservations whose row is live: PostgreSQL is the truth, and
+// a live row needs a running workflow.
 func StartReservation(ctx context.Context, c client.Client, taskQueue string, p ReservationParams) error {
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       p.ReservationID,
 		TaskQueue:                taskQueue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, ReservationWorkflowName, p)
 	var done *serviceerror.WorkflowExecutionAlreadyStarted

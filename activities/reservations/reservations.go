@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -18,6 +20,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	states "github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/reservations"
 )
 
 // Reservations is the activity side of the reservation workflow
@@ -39,10 +42,48 @@ type Reservations struct {
 // the commit, and this keeps the two from racing.
 const reconcileGrace = 30 * time.Second
 
-// Reconcile starts the workflow of every live reservation whose start was
-// lost (workflow_started_at is null past the grace period), a page at a
-// time, and records the start. It answers how many it started.
+// Reconcile makes every live reservation's workflow run, a page at a time:
+// it starts those whose start was lost (workflow_started_at is null past
+// the grace period) and records the start; it asks Temporal about those
+// whose workflow was started (past the grace period) and starts again,
+// from the row, each whose run is not running (closed in any way, or
+// unknown). Then it sweeps the drafts older than DraftMaxAge. It answers
+// how many workflows it started.
 func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
+	started, err := r.startUnstarted(ctx)
+	if err != nil {
+		return started, err
+	}
+	restarted, err := r.restartStopped(ctx)
+	started += restarted
+	if err != nil {
+		return started, err
+	}
+	if err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		n, err := domain.SweepDrafts(ctx, tx, DraftMaxAge)
+		if n > 0 {
+			activity.GetLogger(ctx).Info("swept stale reservation drafts", "drafts", n)
+		}
+		return err
+	}); err != nil {
+		return started, fmt.Errorf("sweep drafts: %w", err)
+	}
+	return started, nil
+}
+
+// DraftMaxAge is how long a reservation draft may stay a draft: an
+// admission whose second transaction never ran (its process crashed, and
+// its caller never retried) leaves one, with its idempotency row. A retry
+// within it finishes the admission; after it, both are deleted, and the
+// same key starts afresh.
+const DraftMaxAge = time.Hour
+
+func paramsOf(u store.UnstartedReservation) ReservationParams {
+	return ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
+		LeaseSeconds: u.LeaseSeconds, Active: u.Active, LeaseDeadline: u.LeaseDeadline}
+}
+
+func (r *Reservations) startUnstarted(ctx context.Context) (int, error) {
 	var started int
 	for {
 		var page []store.UnstartedReservation
@@ -54,9 +95,7 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 			return started, err
 		}
 		for _, u := range page {
-			p := ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
-				LeaseSeconds: u.LeaseSeconds, Active: u.Active, LeaseDeadline: u.LeaseDeadline}
-			if err := StartReservation(ctx, r.Temporal, r.TaskQueue, p); err != nil {
+			if err := StartReservation(ctx, r.Temporal, r.TaskQueue, paramsOf(u)); err != nil {
 				return started, err
 			}
 			if err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -68,6 +107,64 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 			activity.RecordHeartbeat(ctx, started)
 		}
 	}
+}
+
+// restartStopped pages through the live reservations whose workflow was
+// started, by id, and starts again each whose workflow is not running. The
+// row is read once more after Temporal answers, so a run that closed
+// because its reservation just ended is not started again.
+func (r *Reservations) restartStopped(ctx context.Context) (int, error) {
+	var restarted int
+	after := ""
+	for {
+		var page []store.UnstartedReservation
+		err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+			page, err = store.StartedLiveReservations(ctx, tx, after, reconcileGrace, 100)
+			return err
+		})
+		if err != nil || len(page) == 0 {
+			return restarted, err
+		}
+		for _, u := range page {
+			after = u.ID
+			running, err := workflowRunning(ctx, r.Temporal, u.ID)
+			if err != nil || running {
+				if err != nil {
+					return restarted, err
+				}
+				continue
+			}
+			var live bool
+			if err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+				live, err = store.ReservationLive(ctx, tx, u.ID)
+				return err
+			}); err != nil {
+				return restarted, err
+			}
+			if !live {
+				continue
+			}
+			if err := StartReservation(ctx, r.Temporal, r.TaskQueue, paramsOf(u)); err != nil {
+				return restarted, err
+			}
+			activity.GetLogger(ctx).Warn("restarted a live reservation's workflow that was not running", "reservation", u.ID)
+			restarted++
+			activity.RecordHeartbeat(ctx, restarted)
+		}
+	}
+}
+
+// workflowRunning says whether the workflow id's latest run is running.
+func workflowRunning(ctx context.Context, c client.Client, id string) (bool, error) {
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	var gone *serviceerror.NotFound
+	if errors.As(err, &gone) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("describe workflow %s: %w", id, err)
+	}
+	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // MarkActive moves a bound reservation to active (binding -> active, or

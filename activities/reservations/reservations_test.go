@@ -9,10 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/better-compute/better-compute/activities/internal/fleet"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/reservations"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -325,5 +327,154 @@ func TestBindOutsideTheBookingFailsTheReservation(t *testing.T) {
 		if strings.HasPrefix(c, "cdi.expose") {
 			t.Fatalf("exposed outside the booking: %q", c)
 		}
+	}
+}
+
+// reconcile runs the Reconcile activity as a worker would.
+func reconcile(t *testing.T, a *Reservations) int {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivity(a.Reconcile)
+	v, err := env.ExecuteActivity(a.Reconcile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := v.Get(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// draft inserts a draft reservation of ten_a in pool_1 as an admission's
+// first transaction leaves it (the row, its authorization row, its
+// unfinished idempotency row), created age ago.
+func draft(t *testing.T, s *store.Store, id, key string, age time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO reservations (id, tenant_id, owner_identity_id, pool_id, state, devices, starts_at, ends_at, created_at, updated_at)
+			VALUES ($1, 'ten_a', 'usr_1', 'pool_1', 'draft', '{"class": "gpu", "count": 1}', now(), now() + interval '1 hour',
+				now() - $2 * interval '1 millisecond', now() - $2 * interval '1 millisecond')`, id, age.Milliseconds()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, identity_id, method, key, request_hash, resource_type, resource_id, created_at)
+			VALUES ('ten_a', 'usr_1', 'compute:reservations.create', $2, '\x00', 'compute-reservation', $1, now() - $3 * interval '1 millisecond')`,
+			id, key, age.Milliseconds()); err != nil {
+			return err
+		}
+		return store.PutAuthzResource(ctx, tx, store.AuthzResource{Type: "compute-reservation", ID: id, TenantID: "ten_a", OwnerID: "usr_1",
+			Attributes: map[string]any{"durationHours": 1}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The reconciler sweeps drafts older than DraftMaxAge (a crash between an
+// admission's two transactions, never retried) with their idempotency and
+// authorization rows; a younger draft, which a retry may still finish, is
+// kept.
+func TestReconcileSweepsStaleDrafts(t *testing.T) {
+	s := testenv.Store(t)
+	fleet.Seed(t, s, "cancelled")
+	ctx := context.Background()
+	draft(t, s, "rsv_old", "k-old", DraftMaxAge+time.Minute)
+	draft(t, s, "rsv_new", "k-new", DraftMaxAge-time.Minute)
+	reconcile(t, &Reservations{Store: s})
+	count := func(q, id string) int {
+		var n int
+		if err := s.Pool.QueryRow(ctx, q, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for id, want := range map[string]int{"rsv_old": 0, "rsv_new": 1} {
+		if n := count(`SELECT count(*) FROM reservations WHERE id = $1`, id); n != want {
+			t.Errorf("%s: %d reservation rows, want %d", id, n, want)
+		}
+		if n := count(`SELECT count(*) FROM idempotency_keys WHERE resource_id = $1`, id); n != want {
+			t.Errorf("%s: %d idempotency rows, want %d", id, n, want)
+		}
+		if n := count(`SELECT count(*) FROM authz_resources WHERE id = $1`, id); n != want {
+			t.Errorf("%s: %d authorization rows, want %d", id, n, want)
+		}
+	}
+	if st := fleet.State(t, s); st != "cancelled" {
+		t.Fatalf("a decided reservation was touched: %s", st)
+	}
+}
+
+// Every ending records why, before its walk, so that the row and each
+// state event of the walk say it: the window's end, a lapsed lease, a
+// release (by the API, in its own transaction) and a cancellation.
+func TestEndReasons(t *testing.T) {
+	for _, tc := range []struct {
+		name, from, reason, final string
+		end                       func(ctx context.Context, s *store.Store) error
+	}{
+		{"window end", "active", "end", "released", func(ctx context.Context, s *store.Store) error {
+			if _, err := s.Pool.Exec(ctx, `UPDATE reservations SET ends_at = now() - interval '1 second' WHERE id = 'res_1'`); err != nil {
+				return err
+			}
+			_, err := (&Reservations{Store: s}).Expire(ctx, "ten_a", "res_1")
+			return err
+		}},
+		{"lease lapse", "active", "lease", "released", func(ctx context.Context, s *store.Store) error {
+			return (&Reservations{Store: s}).ReleaseLapsed(ctx, "ten_a", "res_1")
+		}},
+		{"release update", "active", "release", "released", func(ctx context.Context, s *store.Store) error {
+			return (&Reservations{Store: s}).Release(ctx, "ten_a", "res_1")
+		}},
+		{"reservations.release", "active", "release", "released", func(ctx context.Context, s *store.Store) error {
+			return s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+				_, err := domain.Release(ctx, tx, "ten_a", "res_1")
+				return err
+			})
+		}},
+		{"reservations.cancel", "placed", "cancel", "cancelled", func(ctx context.Context, s *store.Store) error {
+			return s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+				_, err := domain.Cancel(ctx, tx, "ten_a", "res_1")
+				return err
+			})
+		}},
+		{"failed binding", "binding", "failed", "failed", func(ctx context.Context, s *store.Store) error {
+			return (&Reservations{Store: s}).FailBinding(ctx, "ten_a", "res_1", "bindTimeout")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testenv.Store(t)
+			fleet.Seed(t, s, tc.from)
+			ctx := context.Background()
+			if err := tc.end(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			var st, reason string
+			var endedAt *time.Time
+			if err := s.Pool.QueryRow(ctx, `SELECT state, COALESCE(end_reason, ''), ended_at FROM reservations WHERE id = 'res_1'`).
+				Scan(&st, &reason, &endedAt); err != nil {
+				t.Fatal(err)
+			}
+			if st != tc.final || reason != tc.reason || endedAt == nil {
+				t.Fatalf("state %s, end reason %q, ended at %v; want %s, %s, a time", st, reason, endedAt, tc.final, tc.reason)
+			}
+			rows, err := s.Pool.Query(ctx, `SELECT type, COALESCE(data->>'endReason', '') FROM events
+				WHERE resource_id = 'res_1' ORDER BY seq`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Type, EndReason string }])
+			if err != nil || len(evs) == 0 {
+				t.Fatalf("events = %v, %v", evs, err)
+			}
+			for _, e := range evs {
+				if e.EndReason != tc.reason {
+					t.Fatalf("event %s carries end reason %q, want %q (events %v)", e.Type, e.EndReason, tc.reason, evs)
+				}
+			}
+			if last := evs[len(evs)-1]; last.Type != "reservation."+tc.final {
+				t.Fatalf("last event %s, want reservation.%s", last.Type, tc.final)
+			}
+		})
 	}
 }

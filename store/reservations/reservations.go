@@ -581,3 +581,29 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pools.P
 	}
 	return nil
 }
+
+// sweepBatch bounds the drafts one sweep deletes.
+const sweepBatch = 1000
+
+// SweepDrafts deletes up to sweepBatch drafts created longer than maxAge
+// ago, with their idempotency rows and authorization rows, and answers how
+// many. A draft outlives its admission only when the process crashed
+// between the admission's two transactions and the caller never retried;
+// a draft counts against nothing meanwhile (lists, limits and capacity
+// skip drafts: they hold no bookings). A draft a retry holds locked right
+// now is skipped.
+func SweepDrafts(ctx context.Context, tx store.Tx, maxAge time.Duration) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, `WITH stale AS (
+			SELECT r.id, r.tenant_id FROM reservations r
+			WHERE r.state = 'draft' AND r.created_at < now() - $1 * interval '1 millisecond'
+				AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.reservation_id = r.id)
+			ORDER BY r.created_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+		keys AS (DELETE FROM idempotency_keys k USING stale
+			WHERE k.tenant_id = stale.tenant_id AND k.resource_id = stale.id AND k.completed_at IS NULL RETURNING 1),
+		authz AS (DELETE FROM authz_resources z USING stale
+			WHERE z.id = stale.id AND z.tenant_id = stale.tenant_id RETURNING 1),
+		drafts AS (DELETE FROM reservations r USING stale WHERE r.id = stale.id RETURNING 1)
+		SELECT count(*) FROM drafts`, maxAge.Milliseconds(), sweepBatch).Scan(&n)
+	return n, err
+}
