@@ -481,10 +481,18 @@ func spotVictims(ctx context.Context, tx store.Tx, plan placement.Plan, start, e
 }
 
 // preempt ends the spot victims of reservation r, their atoms freed from
-// r's start (or now, if that is later: what has run stays booked).
+// r's start (or now, if that is later: what has run stays booked), now
+// being the transaction's, the clock every booking is made on.
 func preempt(ctx context.Context, tx store.Tx, victims []spotVictim, r Reservation) error {
+	if len(victims) == 0 {
+		return nil
+	}
 	at := time.UnixMilli(r.Start)
-	if now := time.Now(); now.Before(at) {
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	if now.Before(at) {
 		at = now
 	}
 	for _, v := range victims {
