@@ -20,8 +20,9 @@ import (
 	"github.com/better-compute/better-compute/internal/testutil"
 )
 
-// reservationsT0 starts windows far in the future, free of every booking.
-var reservationsT0 = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+// reservationsT0 starts windows a month ahead (within the one year a start
+// may lie ahead), free of every booking and of the reservations' workflows.
+var reservationsT0 = time.Now().UTC().Truncate(time.Hour).Add(30 * 24 * time.Hour)
 
 // h100Pool makes acme's H100 pool with one schedulable 8-GPU node.
 func h100Pool(t *testing.T, e *env) (pools.Pool, nodes.Node) {
@@ -276,5 +277,63 @@ func TestReservationsRace(t *testing.T) {
 	}
 	if got := e.count(`SELECT count(DISTINCT device_id) FROM device_bookings`); got != 8 {
 		t.Fatalf("%d atoms booked, want 8", got)
+	}
+}
+
+// A window's start lies between now minus the clock tolerance and the
+// server's bound ahead (one year by default), on the database's clock; the
+// refusal is INVALID_INPUT naming start, and nothing is drafted.
+func TestReservationsWindowBounds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	a := e.client(e.boot.UserToken)
+	now := time.Now()
+	for _, tc := range []struct {
+		name   string
+		start  time.Time
+		reason string
+	}{
+		{"epoch", time.UnixMilli(0), "past"},
+		{"an-hour-ago", now.Add(-time.Hour), "past"},
+		{"past-the-tolerance", now.Add(-2 * time.Minute), "past"},
+		{"past-the-year-ahead", now.Add(366 * 24 * time.Hour), "tooFarAhead"},
+		{"293-years-ahead", now.AddDate(293, 0, 0), "tooFarAhead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := reservations.Create.Call(ctx, a, reserveInput("acme", p.ID, "w-"+tc.name, 1, tc.start, 60))
+			if ce := core.AsError(err); ce.Code != core.CodeInvalidInput || ce.Details["field"] != "start" || ce.Details["reason"] != tc.reason {
+				t.Fatalf("create starting %v = %v %+v, want INVALID_INPUT start %s", tc.start, err, ce.Details, tc.reason)
+			}
+		})
+	}
+	if n := e.count(`SELECT count(*) FROM reservations`); n != 0 {
+		t.Fatalf("%d reservations written for refused windows", n)
+	}
+	// Within the tolerance, and just inside the year, are placed.
+	for key, start := range map[string]time.Time{"skewed": now.Add(-30 * time.Second), "a-year": now.Add(364 * 24 * time.Hour)} {
+		if r, err := reservations.Create.Call(ctx, a, reserveInput("acme", p.ID, key, 1, start, 60)); err != nil || r.State != "placed" {
+			t.Fatalf("create %s = %+v, %v", key, r, err)
+		}
+	}
+}
+
+// Instances are not served yet: a reservation bound to one is UNSUPPORTED
+// (planned), as node binding is, and nothing is drafted.
+func TestReservationsUnservedBindings(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _ := h100Pool(t, e)
+	a := e.client(e.boot.UserToken)
+	for binding, phase := range map[string]string{"instance": "v0.3", "node": "v0.5"} {
+		in := reserveInput("acme", p.ID, "b-"+binding, 1, reservationsT0, 3600)
+		in.Binding = binding
+		_, err := reservations.Create.Call(ctx, a, in)
+		if ce := core.AsError(err); ce.Code != core.CodeUnsupported || ce.Details["field"] != "binding" || ce.Details["phase"] != phase {
+			t.Fatalf("binding %s = %v %+v, want UNSUPPORTED planned for %s", binding, err, ce.Details, phase)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM reservations`); n != 0 {
+		t.Fatalf("%d reservations written for unserved bindings", n)
 	}
 }

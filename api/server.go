@@ -59,6 +59,9 @@ type Deps struct {
 	// Timeouts bound a client's request on Serve's listener (the httpx
 	// defaults for zero fields).
 	Timeouts httpx.Timeouts
+	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
+	// one year).
+	ReservationMaxAhead time.Duration
 }
 
 // RouteMounter puts routes on the API's router.
@@ -112,7 +115,7 @@ func New(deps Deps) (*Server, error) {
 		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(deps.Metrics),
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
-		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA}
+		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

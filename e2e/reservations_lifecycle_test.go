@@ -165,7 +165,7 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 
 		released, err := reservations.Release.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
-		if err != nil || released.State != "released" {
+		if err != nil || released.State != "released" || released.EndReason != "release" || released.EndedAt == nil {
 			t.Fatalf("reservations.release = %+v, %v", released, err)
 		}
 		if n := l.count(t, `SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
@@ -225,6 +225,9 @@ func TestReservationLifecycle(t *testing.T) {
 		l.waitState(t, r.ID, "released")
 		if res := l.result(t, r.ID); res != (reservationsact.ReservationResult{State: "released", Reason: "lease"}) {
 			t.Fatalf("workflow result = %+v", res)
+		}
+		if got := l.waitState(t, r.ID, "released"); got.EndReason != "lease" || got.EndedAt == nil {
+			t.Fatalf("the lapsed reservation = %+v; want endReason lease and endedAt", got)
 		}
 		if n := l.count(t, `SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
 			WHERE a.reservation_id = $1 AND (upper_inf(b.during) OR upper(b.during) > now() + interval '1 second')`, r.ID); n != 0 {
@@ -320,6 +323,132 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Fatalf("the lost reservation's workflow: %v, %v", desc, err)
 		}
 		kept = model
+	})
+
+	// An operator terminates or cancels a reservation's workflow (the
+	// Temporal UI): PostgreSQL stays the truth, so release and cancel still
+	// finish, extend starts the workflow again, and the reconciler restarts
+	// it for a live reservation nobody calls on.
+	t.Run("a workflow terminated or cancelled from Temporal", func(t *testing.T) {
+		c := l.stack.Client()
+		stop := func(t *testing.T, id, how string) {
+			t.Helper()
+			var err error
+			if how == "terminate" {
+				err = c.TerminateWorkflow(ctx, id, "", "an operator, from the UI")
+			} else {
+				err = c.CancelWorkflow(ctx, id, "")
+			}
+			if err != nil {
+				t.Fatalf("%s the workflow of %s: %v", how, id, err)
+			}
+			testutil.EventuallyNil(t, lifecycleDeadline, func() error {
+				desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+				if err != nil {
+					return err
+				}
+				if st := desc.GetWorkflowExecutionInfo().GetStatus(); st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+					return fmt.Errorf("the workflow of %s is still %s", id, st)
+				}
+				return nil
+			})
+		}
+		running := func(t *testing.T, id string) string {
+			t.Helper()
+			desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+			if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				t.Fatalf("the workflow of %s: %v, %v; want running", id, desc, err)
+			}
+			return desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		}
+
+		for _, how := range []string{"terminate", "cancel"} {
+			t.Run("release after "+how, func(t *testing.T) {
+				r := l.reserve(t, "life-stopped-"+how, 1, nil, 3600, nil)
+				l.waitState(t, r.ID, "active")
+				stop(t, r.ID, how)
+				released, err := reservations.Release.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
+				if err != nil || released.State != "released" || released.EndReason != "release" || released.EndedAt == nil {
+					t.Fatalf("reservations.release = %+v, %v; want released, endReason release", released, err)
+				}
+				if n := l.count(t, `SELECT count(*) FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
+					WHERE a.reservation_id = $1 AND (upper_inf(b.during) OR upper(b.during) > now() + interval '1 second')`, r.ID); n != 0 {
+					t.Fatalf("%d bookings of the released reservation still run past now", n)
+				}
+				if n := l.count(t, `SELECT count(*) FROM node_commands WHERE kind = 'cdi.withdraw' AND created_by = 'reservation:' || $1`, r.ID); n == 0 {
+					t.Fatalf("no cdi.withdraw queued for the released reservation")
+				}
+			})
+		}
+
+		t.Run("cancel after terminate", func(t *testing.T) {
+			start := time.Now().Add(time.Hour).UnixMilli()
+			r := l.reserve(t, "life-cancel-terminated", 1, &start, 3600, nil)
+			stop(t, r.ID, "terminate")
+			cancelled, err := reservations.Cancel.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
+			if err != nil || cancelled.State != "cancelled" || cancelled.EndReason != "cancel" {
+				t.Fatalf("reservations.cancel = %+v, %v", cancelled, err)
+			}
+		})
+
+		t.Run("extend restarts it", func(t *testing.T) {
+			r := l.reserve(t, "life-extend-terminated", 1, nil, 3600, nil)
+			l.waitState(t, r.ID, "active")
+			first := running(t, r.ID)
+			stop(t, r.ID, "terminate")
+			extended, err := reservations.Extend.Call(ctx, l.acme, reservations.ExtendInput{TenantID: "acme", ReservationID: r.ID, Duration: 7200})
+			if err != nil || extended.End != r.Start+7200*1000 {
+				t.Fatalf("reservations.extend = %+v, %v", extended, err)
+			}
+			if again := running(t, r.ID); again == first {
+				t.Fatalf("the terminated run %s is still the latest", first)
+			}
+			if released, err := reservations.Release.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}); err != nil || released.State != "released" {
+				t.Fatalf("reservations.release = %+v, %v", released, err)
+			}
+			if res := l.result(t, r.ID); res.State != "released" {
+				t.Fatalf("the restarted workflow's result = %+v", res)
+			}
+		})
+
+		t.Run("the reconciler restarts it", func(t *testing.T) {
+			r := l.reserve(t, "life-reconcile-terminated", 1, nil, 3600, nil)
+			l.waitState(t, r.ID, "active")
+			first := running(t, r.ID)
+			stop(t, r.ID, "terminate")
+			// Past the reconciler's grace, as a reservation left alone is.
+			if _, err := l.db.Exec(ctx, `UPDATE reservations SET updated_at = now() - interval '5 minutes' WHERE id = $1`, r.ID); err != nil {
+				t.Fatal(err)
+			}
+			sched := c.ScheduleClient().GetHandle(ctx, reservationsact.ReconcileReservationsScheduleID)
+			var lastTrigger time.Time
+			testutil.EventuallyNil(t, lifecycleDeadline, func() error {
+				if time.Since(lastTrigger) > 5*time.Second { // a trigger while a run is in flight is skipped
+					if err := sched.Trigger(ctx, client.ScheduleTriggerOptions{}); err != nil {
+						t.Fatalf("trigger the reconciler: %v", err)
+					}
+					lastTrigger = time.Now()
+				}
+				desc, err := c.DescribeWorkflowExecution(ctx, r.ID, "")
+				if err != nil {
+					return err
+				}
+				info := desc.GetWorkflowExecutionInfo()
+				if info.GetExecution().GetRunId() == first || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+					return fmt.Errorf("the reconciler has not restarted the workflow: run %s is %s", info.GetExecution().GetRunId(), info.GetStatus())
+				}
+				return nil
+			})
+			if got := l.waitState(t, r.ID, "active"); got.EndReason != "" {
+				t.Fatalf("the restarted reservation = %+v", got)
+			}
+			if released, err := reservations.Release.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}); err != nil || released.State != "released" {
+				t.Fatalf("reservations.release = %+v, %v", released, err)
+			}
+			if res := l.result(t, r.ID); res != (reservationsact.ReservationResult{State: "released", Reason: "release"}) {
+				t.Fatalf("the restarted workflow's result = %+v", res)
+			}
+		})
 	})
 
 	t.Run("another tenant cannot release acme's reservation", func(t *testing.T) {

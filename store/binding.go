@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/better-compute/better-compute/core"
 )
 
 // Binding a hold reservation: each of its allocations on a node its agent
@@ -48,12 +50,32 @@ func agentAllocations(ctx context.Context, tx Tx, reservationID string) ([]agent
 	})
 }
 
+// Why QueueBindCommands refused (details.reason of its INVALID_STATE).
+const (
+	// NotBooked: an atom has no booking covering now and none ahead: the
+	// window is over (or never was); binding can never succeed.
+	BindNotBooked = "notBooked"
+	// BindNotBegun: an atom's booking begins later: the caller woke early
+	// (a clock ahead of the database's) and may try again.
+	BindNotBegun = "notBegun"
+)
+
 // QueueBindCommands queues the reservation's cdi.expose commands (none for
-// allocations on nodes without an agent), each valid until notAfter.
+// allocations on nodes without an agent), each valid until notAfter. An
+// atom is exposed only while a booking of its allocation covers now(),
+// checked in the caller's transaction: otherwise nothing is queued and the
+// answer is INVALID_STATE with details.reason BindNotBooked or
+// BindNotBegun. Whatever a request or a workflow asked for, no agent is
+// told to expose an atom outside its reservation's booking.
 func QueueBindCommands(ctx context.Context, tx Tx, reservationID string, notAfter time.Time) error {
 	allocs, err := agentAllocations(ctx, tx, reservationID)
 	if err != nil {
 		return err
+	}
+	for _, a := range allocs {
+		if err := checkBookedNow(ctx, tx, reservationID, a); err != nil {
+			return err
+		}
 	}
 	for _, a := range allocs {
 		indexes, err := GPUIndexes(ctx, tx, a.nodeID, a.atoms)
@@ -71,6 +93,30 @@ func QueueBindCommands(ctx context.Context, tx Tx, reservationID string, notAfte
 		}
 	}
 	return nil
+}
+
+// checkBookedNow refuses unless every atom of the allocation has a booking
+// of that allocation covering now().
+func checkBookedNow(ctx context.Context, tx Tx, reservationID string, a agentAllocation) error {
+	var uncovered, ahead int
+	err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT covered), count(*) FILTER (WHERE NOT covered AND later)
+		FROM (SELECT atom,
+				EXISTS (SELECT 1 FROM device_bookings b WHERE b.allocation_id = $1 AND b.device_node_id = $2
+					AND b.device_id = atom AND b.during @> now()) AS covered,
+				EXISTS (SELECT 1 FROM device_bookings b WHERE b.allocation_id = $1 AND b.device_node_id = $2
+					AND b.device_id = atom AND lower(b.during) > now()) AS later
+			FROM unnest($3::text[]) AS atom) atoms`, a.id, a.nodeID, a.atoms).Scan(&uncovered, &ahead)
+	switch {
+	case err != nil:
+		return err
+	case uncovered == 0:
+		return nil
+	case uncovered == ahead:
+		return core.Errorf(core.CodeInvalidState, "reservation %s's booking on node %s has not begun", reservationID, a.nodeID).
+			WithDetails(map[string]any{"reason": BindNotBegun, "reservationId": reservationID, "nodeId": a.nodeID})
+	}
+	return core.Errorf(core.CodeInvalidState, "reservation %s holds no booking on node %s now: nothing is exposed", reservationID, a.nodeID).
+		WithDetails(map[string]any{"reason": BindNotBooked, "reservationId": reservationID, "nodeId": a.nodeID})
 }
 
 // BindingStatus says how the reservation's cdi.expose commands stand.

@@ -194,6 +194,36 @@ func UnstartedReservations(ctx context.Context, tx Tx, grace time.Duration, limi
 	})
 }
 
+// StartedLiveReservations are up to limit live reservations with ids after
+// afterID, in id order (a page), whose workflow was started and that were
+// last changed longer than grace ago: those whose workflow must be running.
+func StartedLiveReservations(ctx context.Context, tx Tx, afterID string, grace time.Duration, limit int) ([]UnstartedReservation, error) {
+	rows, err := tx.Query(ctx, `SELECT tenant_id, id, (extract(epoch FROM starts_at) * 1000)::bigint,
+			(extract(epoch FROM ends_at) * 1000)::bigint, COALESCE(lease_seconds, 0),
+			state IN ('active', 'expired', 'releasing'),
+			COALESCE((extract(epoch FROM lease_expires_at) * 1000)::bigint, 0)
+		FROM reservations
+		WHERE workflow_started_at IS NOT NULL AND state IN ('placed', 'binding', 'active', 'expired', 'releasing')
+			AND id > $1 AND updated_at < now() - $2 * interval '1 millisecond'
+		ORDER BY id LIMIT $3`, afterID, grace.Milliseconds(), limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnstartedReservation, error) {
+		var u UnstartedReservation
+		return u, r.Scan(&u.TenantID, &u.ID, &u.Start, &u.End, &u.LeaseSeconds, &u.Active, &u.LeaseDeadline)
+	})
+}
+
+// ReservationLive says whether the reservation is live (placed or later,
+// not ended).
+func ReservationLive(ctx context.Context, tx Tx, id string) (bool, error) {
+	var live bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reservations WHERE id = $1
+		AND state IN ('placed', 'binding', 'active', 'expired', 'releasing'))`, id).Scan(&live)
+	return live, err
+}
+
 // MarkReservationWorkflowStarted records that the reservation's workflow
 // was started; recording it again changes nothing.
 func MarkReservationWorkflowStarted(ctx context.Context, tx Tx, id string) error {

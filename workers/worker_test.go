@@ -23,7 +23,7 @@ func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	}
 	wantActivities := []string{"HealthEcho", "NodeDrainStep", "NodeMarkDrained", "ReservationBind",
 		"ReservationBindStatus", "ReservationExpire", "ReservationFailBinding", "ReservationMarkActive",
-		"ReservationRelease", "ReservationsReconcile"}
+		"ReservationRelease", "ReservationReleaseLapsed", "ReservationState", "ReservationsReconcile"}
 	if got := slices.Sorted(slices.Values(r.Activities)); !slices.Equal(got, wantActivities) {
 		t.Errorf("activities = %q, want %q", got, wantActivities)
 	}

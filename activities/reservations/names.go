@@ -34,17 +34,20 @@ const (
 	// failed because its node was lost), so it reads the row again.
 	SignalChanged = "changed"
 
-	ActivityBind        = "ReservationBind"
-	ActivityBindStatus  = "ReservationBindStatus"
-	ActivityFailBinding = "ReservationFailBinding"
-	ActivityMarkActive  = "ReservationMarkActive"
-	ActivityExpire      = "ReservationExpire"
-	ActivityRelease     = "ReservationRelease"
+	ActivityBind          = "ReservationBind"
+	ActivityBindStatus    = "ReservationBindStatus"
+	ActivityFailBinding   = "ReservationFailBinding"
+	ActivityMarkActive    = "ReservationMarkActive"
+	ActivityExpire        = "ReservationExpire"
+	ActivityRelease       = "ReservationRelease"
+	ActivityReleaseLapsed = "ReservationReleaseLapsed"
+	ActivityState         = "ReservationState"
 
 	// The reconciler: a Temporal schedule runs ReconcileReservationsWorkflow,
-	// whose one activity starts the workflows of placed reservations that
-	// have none (the API crashed between committing the placement and
-	// starting the workflow, and the caller never retried).
+	// whose one activity starts the workflows of live reservations that
+	// have none running (the API crashed between committing the placement
+	// and starting the workflow, or the run was terminated, cancelled or
+	// lost), and sweeps stale drafts.
 	ReconcileReservationsWorkflowName = "ReconcileReservationsWorkflow"
 	ReconcileReservationsScheduleID   = "reservations-reconciler"
 	ActivityReconcile                 = "ReservationsReconcile"
@@ -74,21 +77,34 @@ type ReservationResult struct {
 }
 
 // ExpireResult is what the expiry activity found: Released when the
-// reservation ran past its end and is now released, otherwise the row's
+// reservation ran past its end and is now ended (State says how: released,
+// or the state it was ended in outside the workflow), otherwise the row's
 // (extended) End, epoch ms.
 type ExpireResult struct {
 	Released bool
+	State    string
 	End      int64
 }
 
-// StartReservation starts the workflow of a placed reservation (workflow id
-// = the reservation id) on taskQueue. It is idempotent: a running workflow
-// is kept, and one that ran and finished is not started again.
+// RowState is a reservation's row as the State activity reads it: its
+// state, whether that is terminal, and its end reason once it has one.
+type RowState struct {
+	State     string
+	Terminal  bool
+	EndReason string
+}
+
+// StartReservation starts the workflow of a live reservation (workflow id
+// = the reservation id) on taskQueue. A running workflow is kept (one run
+// per reservation at a time); one that closed (finished, failed,
+// terminated, cancelled or timed out) is started again from p, so callers
+// start only reservations whose row is live: PostgreSQL is the truth, and
+// a live row needs a running workflow.
 func StartReservation(ctx context.Context, c client.Client, taskQueue string, p ReservationParams) error {
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       p.ReservationID,
 		TaskQueue:                taskQueue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, ReservationWorkflowName, p)
 	var done *serviceerror.WorkflowExecutionAlreadyStarted

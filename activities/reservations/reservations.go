@@ -6,9 +6,13 @@ package reservations
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -16,6 +20,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	states "github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/reservations"
 )
 
 // Reservations is the activity side of the reservation workflow
@@ -37,10 +42,48 @@ type Reservations struct {
 // the commit, and this keeps the two from racing.
 const reconcileGrace = 30 * time.Second
 
-// Reconcile starts the workflow of every live reservation whose start was
-// lost (workflow_started_at is null past the grace period), a page at a
-// time, and records the start. It answers how many it started.
+// Reconcile makes every live reservation's workflow run, a page at a time:
+// it starts those whose start was lost (workflow_started_at is null past
+// the grace period) and records the start; it asks Temporal about those
+// whose workflow was started (past the grace period) and starts again,
+// from the row, each whose run is not running (closed in any way, or
+// unknown). Then it sweeps the drafts older than DraftMaxAge. It answers
+// how many workflows it started.
 func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
+	started, err := r.startUnstarted(ctx)
+	if err != nil {
+		return started, err
+	}
+	restarted, err := r.restartStopped(ctx)
+	started += restarted
+	if err != nil {
+		return started, err
+	}
+	if err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		n, err := domain.SweepDrafts(ctx, tx, DraftMaxAge)
+		if n > 0 {
+			activity.GetLogger(ctx).Info("swept stale reservation drafts", "drafts", n)
+		}
+		return err
+	}); err != nil {
+		return started, fmt.Errorf("sweep drafts: %w", err)
+	}
+	return started, nil
+}
+
+// DraftMaxAge is how long a reservation draft may stay a draft: an
+// admission whose second transaction never ran (its process crashed, and
+// its caller never retried) leaves one, with its idempotency row. A retry
+// within it finishes the admission; after it, both are deleted, and the
+// same key starts afresh.
+const DraftMaxAge = time.Hour
+
+func paramsOf(u store.UnstartedReservation) ReservationParams {
+	return ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
+		LeaseSeconds: u.LeaseSeconds, Active: u.Active, LeaseDeadline: u.LeaseDeadline}
+}
+
+func (r *Reservations) startUnstarted(ctx context.Context) (int, error) {
 	var started int
 	for {
 		var page []store.UnstartedReservation
@@ -52,9 +95,7 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 			return started, err
 		}
 		for _, u := range page {
-			p := ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
-				LeaseSeconds: u.LeaseSeconds, Active: u.Active, LeaseDeadline: u.LeaseDeadline}
-			if err := StartReservation(ctx, r.Temporal, r.TaskQueue, p); err != nil {
+			if err := StartReservation(ctx, r.Temporal, r.TaskQueue, paramsOf(u)); err != nil {
 				return started, err
 			}
 			if err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -68,11 +109,69 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 	}
 }
 
+// restartStopped pages through the live reservations whose workflow was
+// started, by id, and starts again each whose workflow is not running. The
+// row is read once more after Temporal answers, so a run that closed
+// because its reservation just ended is not started again.
+func (r *Reservations) restartStopped(ctx context.Context) (int, error) {
+	var restarted int
+	after := ""
+	for {
+		var page []store.UnstartedReservation
+		err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+			page, err = store.StartedLiveReservations(ctx, tx, after, reconcileGrace, 100)
+			return err
+		})
+		if err != nil || len(page) == 0 {
+			return restarted, err
+		}
+		for _, u := range page {
+			after = u.ID
+			running, err := workflowRunning(ctx, r.Temporal, u.ID)
+			if err != nil || running {
+				if err != nil {
+					return restarted, err
+				}
+				continue
+			}
+			var live bool
+			if err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+				live, err = store.ReservationLive(ctx, tx, u.ID)
+				return err
+			}); err != nil {
+				return restarted, err
+			}
+			if !live {
+				continue
+			}
+			if err := StartReservation(ctx, r.Temporal, r.TaskQueue, paramsOf(u)); err != nil {
+				return restarted, err
+			}
+			activity.GetLogger(ctx).Warn("restarted a live reservation's workflow that was not running", "reservation", u.ID)
+			restarted++
+			activity.RecordHeartbeat(ctx, restarted)
+		}
+	}
+}
+
+// workflowRunning says whether the workflow id's latest run is running.
+func workflowRunning(ctx context.Context, c client.Client, id string) (bool, error) {
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	var gone *serviceerror.NotFound
+	if errors.As(err, &gone) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("describe workflow %s: %w", id, err)
+	}
+	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+}
+
 // MarkActive moves a bound reservation to active (binding -> active, or
 // placed -> binding -> active) and answers the state it ends in. An active
-// reservation succeeds unchanged; a cancelled one answers "cancelled" (the
-// API cancelled it while the workflow was waiting); any other state is a
-// non-retryable INVALID_STATE.
+// reservation succeeds unchanged; an ended one answers its state (the API
+// cancelled it while the workflow was waiting, or it was ended outside the
+// workflow); any other state is a non-retryable INVALID_STATE.
 func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID string) (string, error) {
 	var end states.State
 	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -81,13 +180,13 @@ func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID s
 			return err
 		}
 		var path []states.State
-		switch from {
-		case states.Active, states.Cancelled:
+		switch {
+		case from == states.Active || states.Terminal(from):
 			end = from
 			return nil
-		case states.Placed:
+		case from == states.Placed:
 			path = []states.State{states.Binding, states.Active}
-		case states.Binding:
+		case from == states.Binding:
 			path = []states.State{states.Active}
 		default:
 			return invalidState(reservationID, from, states.Active)
@@ -106,8 +205,10 @@ func (r *Reservations) MarkActive(ctx context.Context, tenantID, reservationID s
 // Bind moves a placed reservation to binding and queues, in the same
 // transaction, the cdi.expose commands of its allocations on agent-driven
 // nodes, valid for bindTimeout. It answers the state the reservation is in:
-// binding, or active or cancelled as found (a retry, or the API cancelled
-// it); any other state is a non-retryable INVALID_STATE.
+// binding; active or an ended state as found (a retry, or the API
+// cancelled it); or failed when no booking of it covers now (its window is
+// over: nothing is exposed). A booking that has not begun yet is a
+// retryable error; any other state a non-retryable INVALID_STATE.
 func (r *Reservations) Bind(ctx context.Context, tenantID, reservationID string, bindTimeout time.Duration) (string, error) {
 	var end states.State
 	err := r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -115,21 +216,33 @@ func (r *Reservations) Bind(ctx context.Context, tenantID, reservationID string,
 		if err != nil {
 			return err
 		}
-		switch from {
-		case states.Active, states.Cancelled:
+		switch {
+		case from == states.Active || states.Terminal(from):
 			end = from
 			return nil
-		case states.Placed:
+		case from == states.Placed:
 			if err := walk(ctx, tx, tenantID, reservationID, from, []states.State{states.Binding}); err != nil {
 				return err
 			}
-		case states.Binding:
+		case from == states.Binding:
 		default:
 			return invalidState(reservationID, from, states.Binding)
 		}
 		end = states.Binding
 		err = store.QueueBindCommands(ctx, tx, reservationID, time.Now().Add(bindTimeout))
-		if ce := core.AsError(err); err != nil && ce.Code == core.CodeInvalidInput {
+		ce := core.AsError(err)
+		switch {
+		case err == nil:
+			return nil
+		case ce.Code == core.CodeInvalidState && ce.Details["reason"] == store.BindNotBooked:
+			// Its window is over (or never covered now): fail it rather
+			// than expose anything.
+			end = states.Failed
+			return failReservation(ctx, tx, tenantID, reservationID, states.Binding, store.BindNotBooked,
+				"the reservation holds no booking covering now: "+ce.Message)
+		case ce.Code == core.CodeInvalidState && ce.Details["reason"] == store.BindNotBegun:
+			return fmt.Errorf("bind %s: %w", reservationID, err) // retried: the booking begins soon
+		case ce.Code == core.CodeInvalidInput:
 			return temporal.NewNonRetryableApplicationError(ce.Message, string(core.CodeInvalidState), err)
 		}
 		return err
@@ -137,10 +250,27 @@ func (r *Reservations) Bind(ctx context.Context, tenantID, reservationID string,
 	return string(end), err
 }
 
+// failReservation records reason and walks the locked reservation from
+// (placed or binding) to failed, freeing its atoms and withdrawing what
+// was exposed.
+func failReservation(ctx context.Context, tx store.Tx, tenantID, id string, from states.State, reason, message string) error {
+	failure, err := json.Marshal(map[string]any{"code": core.CodeUnavailable, "message": message,
+		"details": map[string]any{"reason": reason}})
+	if err != nil {
+		return err
+	}
+	if err := store.SetReservationEndReason(ctx, tx, id, states.EndFailed); err != nil {
+		return err
+	}
+	if err := store.SetReservationState(ctx, tx, tenantID, id, from, states.Failed, failure); err != nil {
+		return err
+	}
+	return store.CutReservationBookings(ctx, tx, tenantID, id)
+}
+
 // BindStatus says how a binding reservation's commands stand
-// (store.BindingWaiting, BindingBound or BindingFailed), or "cancelled"
-// when the reservation was cancelled meanwhile; a reservation failed
-// meanwhile answers BindingFailed, so the workflow ends at once.
+// (store.BindingWaiting, BindingBound or BindingFailed), or its state when
+// it ended meanwhile (cancelled by the API, or ended outside the workflow).
 func (r *Reservations) BindStatus(ctx context.Context, tenantID, reservationID string) (string, error) {
 	var status string
 	err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
@@ -149,12 +279,8 @@ func (r *Reservations) BindStatus(ctx context.Context, tenantID, reservationID s
 			reservationID, tenantID).Scan(&st); err != nil {
 			return err
 		}
-		switch states.State(st) {
-		case states.Cancelled:
-			status = string(states.Cancelled)
-			return nil
-		case states.Failed: // e.g. its node died and nothing else fits
-			status = store.BindingFailed
+		if states.Terminal(states.State(st)) {
+			status = st // a failed one answers BindingFailed: its node died and nothing else fit
 			return nil
 		}
 		var err error
@@ -173,21 +299,14 @@ func (r *Reservations) FailBinding(ctx context.Context, tenantID, reservationID,
 		if err != nil || from != states.Binding {
 			return err
 		}
-		failure, err := json.Marshal(map[string]any{"code": core.CodeUnavailable,
-			"message": "the node agent did not expose the devices: " + reason, "details": map[string]any{"reason": reason}})
-		if err != nil {
-			return err
-		}
-		if err := store.SetReservationState(ctx, tx, tenantID, reservationID, from, states.Failed, failure); err != nil {
-			return err
-		}
-		return store.CutReservationBookings(ctx, tx, tenantID, reservationID)
+		return failReservation(ctx, tx, tenantID, reservationID, from, reason, "the node agent did not expose the devices: "+reason)
 	})
 }
 
 // Expire ends an active reservation that ran past its end: active ->
-// expired -> releasing -> released, cutting its bookings to now in the same
-// transaction. A released reservation succeeds unchanged. When the row's
+// expired -> releasing -> released, end reason "end", cutting its bookings
+// to now in the same transaction. An ended reservation (released, or ended
+// outside the workflow) succeeds unchanged, its state in the answer. When the row's
 // end is still ahead (an extension the workflow has not heard of), nothing
 // changes and the answer carries the new end.
 func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID string) (ExpireResult, error) {
@@ -206,48 +325,82 @@ func (r *Reservations) Expire(ctx context.Context, tenantID, reservationID strin
 			return nil
 		}
 		out.Released = true
-		return finish(ctx, tx, tenantID, reservationID, from, true)
+		end, err := finish(ctx, tx, tenantID, reservationID, from, states.EndOfWindow)
+		out.State = string(end)
+		return err
 	})
 	return out, err
 }
 
-// Release releases an active reservation (the release update, or a lease
-// that was not renewed in time): active -> releasing -> released, cutting
-// its bookings to now in the same transaction. An expired or releasing
-// reservation is carried on to released; a released one succeeds unchanged.
+// Release releases an active reservation (the release update, or a node
+// drain): active -> releasing -> released, end reason "release" recorded
+// first, cutting its bookings to now in the same transaction. An expired
+// or releasing reservation is carried on to released; an ended one
+// succeeds unchanged.
 func (r *Reservations) Release(ctx context.Context, tenantID, reservationID string) error {
+	return r.release(ctx, tenantID, reservationID, states.EndRelease)
+}
+
+// ReleaseLapsed releases an active reservation whose allocation lease was
+// not renewed in time, as Release does, with end reason "lease".
+func (r *Reservations) ReleaseLapsed(ctx context.Context, tenantID, reservationID string) error {
+	return r.release(ctx, tenantID, reservationID, states.EndLease)
+}
+
+func (r *Reservations) release(ctx context.Context, tenantID, reservationID string, reason states.EndReason) error {
 	return r.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		from, err := lockState(ctx, tx, tenantID, reservationID)
 		if err != nil {
 			return err
 		}
-		return finish(ctx, tx, tenantID, reservationID, from, false)
+		_, err = finish(ctx, tx, tenantID, reservationID, from, reason)
+		return err
 	})
 }
 
-// finish walks the locked reservation to released and cuts its bookings in
-// the transaction that reaches released, so they are cut exactly once.
-func finish(ctx context.Context, tx store.Tx, tenantID, id string, from states.State, expire bool) error {
+// State reads the reservation's state and end reason, for a workflow told
+// its row changed outside it.
+func (r *Reservations) State(ctx context.Context, tenantID, reservationID string) (RowState, error) {
+	var out RowState
+	err := r.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
+		return tx.QueryRow(ctx, `SELECT state, COALESCE(end_reason, '') FROM reservations WHERE id = $1 AND tenant_id = $2`,
+			reservationID, tenantID).Scan(&out.State, &out.EndReason)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, temporal.NewNonRetryableApplicationError("reservation "+reservationID+" not found", string(core.CodeNotFound), nil)
+	}
+	out.Terminal = states.Terminal(states.State(out.State))
+	return out, err
+}
+
+// finish records reason and walks the locked reservation to released
+// (through expired when the window ended), cutting its bookings in the
+// transaction that reaches released, so they are cut exactly once. A
+// reservation already ended is left as it is. It answers the final state.
+func finish(ctx context.Context, tx store.Tx, tenantID, id string, from states.State, reason states.EndReason) (states.State, error) {
 	var path []states.State
-	switch from {
-	case states.Released:
-		return nil
-	case states.Active:
-		if expire {
+	switch {
+	case states.Terminal(from):
+		return from, nil
+	case from == states.Active:
+		if reason == states.EndOfWindow {
 			path = append(path, states.Expired)
 		}
 		path = append(path, states.Releasing, states.Released)
-	case states.Expired:
+	case from == states.Expired:
 		path = []states.State{states.Releasing, states.Released}
-	case states.Releasing:
+	case from == states.Releasing:
 		path = []states.State{states.Released}
 	default:
-		return invalidState(id, from, states.Released)
+		return from, invalidState(id, from, states.Released)
+	}
+	if err := store.SetReservationEndReason(ctx, tx, id, reason); err != nil {
+		return from, err
 	}
 	if err := walk(ctx, tx, tenantID, id, from, path); err != nil {
-		return err
+		return from, err
 	}
-	return store.CutReservationBookings(ctx, tx, tenantID, id)
+	return states.Released, store.CutReservationBookings(ctx, tx, tenantID, id)
 }
 
 // lockState reads and locks the reservation's state; an unknown reservation

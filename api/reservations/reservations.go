@@ -109,7 +109,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				Prepare: func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in CreateInput) (iam.Resource, error) {
 					row, err := domain.Draft(ctx, tx, m.types(), c.TenantID, draftID, c.Caller.IdentityID, domain.Request{
 						PoolID: in.PoolID, Devices: in.Devices, Start: in.Start, Duration: in.Duration, Binding: in.Binding,
-						LeaseSeconds: in.LeaseSeconds, ProjectID: in.ProjectID, Spot: in.Spot})
+						LeaseSeconds: in.LeaseSeconds, ProjectID: in.ProjectID, Spot: in.Spot, MaxAhead: d.ReservationMaxAhead})
 					return resource(row), err
 				},
 				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) (Reservation, error) {
@@ -186,16 +186,44 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 	}
 }
 
-// afterRelease asks the workflow to release an active reservation and
-// answers the reservation as it then is.
+// afterRelease tells the workflow of the reservation the call released,
+// best effort: the release is done (the row is released, its bookings
+// cut), so a workflow that is gone, or does not answer, changes nothing
+// the caller sees. A running one gets the release update and ends; one
+// that refuses it gets the changed signal, and reads the row.
 func (m methods) afterRelease(ctx context.Context, _ *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
-	if r.State == string(states.Active) {
-		var final string
-		if err := m.update(ctx, r, reservationsact.UpdateRelease, &final); err != nil {
-			return Reservation{}, err
-		}
+	if m.d.Temporal == nil {
+		return r, nil
 	}
-	return m.read(ctx, r.TenantID, r.ID)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	h, err := m.d.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: r.ID, UpdateName: reservationsact.UpdateRelease, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		var final string
+		err = h.Get(ctx, &final)
+	}
+	var gone *serviceerror.NotFound
+	var app *temporal.ApplicationError
+	switch {
+	case err == nil, errors.As(err, &gone):
+	case errors.As(err, &app) && app.Type() == string(core.CodeInvalidState):
+		m.signalChanged(ctx, r.ID)
+	default:
+		m.d.Logger.WarnContext(ctx, "telling a released reservation's workflow", "reservation", r.ID, "error", err)
+	}
+	return r, nil
+}
+
+// signalChanged tells the reservation's workflow its row changed, best
+// effort: a workflow that misses it finds the row when it next wakes.
+func (m methods) signalChanged(ctx context.Context, id string) {
+	err := m.d.Temporal.SignalWorkflow(ctx, id, "", reservationsact.SignalChanged, nil)
+	var gone *serviceerror.NotFound
+	if err != nil && !errors.As(err, &gone) {
+		m.d.Logger.WarnContext(ctx, "signalling a reservation's workflow", "reservation", id, "error", err)
+	}
 }
 
 // afterCancel tells the workflow to stop waiting. It is best effort: a

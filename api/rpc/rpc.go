@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -67,6 +68,9 @@ type Deps struct {
 	// NodeCA signs the certificates of admitted nodes; nil when none is
 	// configured.
 	NodeCA *nodeca.CA
+	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
+	// the reservations domain's default, one year).
+	ReservationMaxAhead time.Duration
 }
 
 // Resource names a resource of a catalog type ("pool") by its full name.

@@ -33,6 +33,9 @@ type config struct {
 	NodeCACert, NodeCAKey string
 	AgentListen           string
 	AgentEndpoint         string
+	// ReservationMaxAhead is how far ahead a reservation may start (a Go
+	// duration).
+	ReservationMaxAhead string
 }
 
 // setting ties one flag to its environment variable.
@@ -61,7 +64,8 @@ func (c *config) settings(withListen bool) []setting {
 			setting{"node-ca-cert", "BC_NODE_CA_CERT", "node CA certificate (PEM); with its key, nodes can join", &c.NodeCACert, ""},
 			setting{"node-ca-key", "BC_NODE_CA_KEY", "node CA private key (PEM)", &c.NodeCAKey, ""},
 			setting{"agent-listen", "BC_AGENT_LISTEN", "address of the agent listener (mutual TLS); empty: none", &c.AgentListen, ""},
-			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""})
+			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""},
+			setting{"reservation-max-ahead", "BC_RESERVATION_MAX_AHEAD", "how far ahead a reservation may start (a Go duration)", &c.ReservationMaxAhead, "8760h"})
 	}
 	return s
 }

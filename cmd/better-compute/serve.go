@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
@@ -76,10 +77,15 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			maxAhead, err := time.ParseDuration(cfg.ReservationMaxAhead)
+			if err != nil || maxAhead <= 0 {
+				return fmt.Errorf("--reservation-max-ahead %q: want a positive duration such as 8760h", cfg.ReservationMaxAhead)
+			}
 			cp, err := controlplane.New(cmd.Context(), controlplane.Config{
 				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant,
 				Logger: b.logger, RemoteIAM: remote, NodeCA: agents.ca, AgentEndpoint: agents.endpoint,
 				TemporalAddress: cfg.Temporal.Address, TemporalNamespace: cfg.Temporal.Namespace,
+				ReservationMaxAhead: maxAhead,
 			})
 			if err != nil {
 				return err

@@ -58,6 +58,9 @@ type Config struct {
 	// deadline, the body. A session's lifetime is bounded by its liveness
 	// lease, not by them.
 	AgentTimeouts httpx.Timeouts
+	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
+	// one year).
+	ReservationMaxAhead time.Duration
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -162,7 +165,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		IAM: caching.Port(), Catalog: catalog, RootTenant: cfg.RootTenant,
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
-		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics,
+		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
 	})
 	if err != nil {
 		return nil, err

@@ -14,12 +14,15 @@ import (
 // the row in the call's transaction, and the caller tells the workflow
 // once it commits:
 //
-//	release  active -> releasing -> released, by the workflow's release
-//	         update (its activity cuts the bookings); idempotent on a
-//	         reservation already ending or released
-//	cancel   before it is active: -> cancelled and its bookings cut, in
-//	         the call's transaction; the workflow is then signalled to stop
-//	         waiting (a missed signal is found by its activation activity)
+//	release  active (or expired, releasing) -> releasing -> released, end
+//	         reason release, its bookings cut and usage closed, in the
+//	         call's transaction, so it works without a live workflow; the
+//	         workflow is then told (its release update, whose activity finds
+//	         the row released); idempotent on a released reservation
+//	cancel   before it is active: -> cancelled, end reason cancel, and its
+//	         bookings cut, in the call's transaction; the workflow is then
+//	         signalled to stop waiting (a missed signal is found by its
+//	         activation activity)
 //	renew    restarts an active reservation's allocation lease (the renew
 //	         update); it answers the new leaseExpiresAt
 //	extend   an admission: the new total duration is written to the
@@ -39,22 +42,43 @@ func stateError(r Reservation, verb, hint string) error {
 	return core.Errorf(core.CodeInvalidState, msg, r.ID, r.State, verb).WithDetails(details)
 }
 
-// Release locks the tenant's reservation and checks it can be released:
-// the workflow's release update does the rest (one already ending or
-// released is answered as it is).
+// Release releases the tenant's active reservation in the caller's
+// transaction: the end reason release, then active -> releasing ->
+// released (an expired or releasing one is carried on), its bookings cut
+// from now (queueing the agents' cdi.withdraw) and its usage closed. A
+// released one is answered as it is.
 func Release(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, error) {
 	r, err := Load(ctx, tx, tenantID, id, true)
 	if err != nil {
 		return Reservation{}, err
 	}
-	switch states.State(r.State) {
-	case states.Active, states.Expired, states.Releasing, states.Released:
+	from := states.State(r.State)
+	var path []states.State
+	switch from {
+	case states.Released:
 		return r, nil
+	case states.Active, states.Expired:
+		path = []states.State{states.Releasing, states.Released}
+	case states.Releasing:
+		path = []states.State{states.Released}
 	case states.AwaitingConfirmation, states.Pending, states.Placed, states.Binding:
 		return Reservation{}, stateError(r, "released", "reservations.cancel")
 	default:
 		return Reservation{}, stateError(r, "released", "")
 	}
+	if err := store.SetReservationEndReason(ctx, tx, r.ID, states.EndRelease); err != nil {
+		return Reservation{}, err
+	}
+	for _, to := range path {
+		if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, from, to, nil); err != nil {
+			return Reservation{}, err
+		}
+		from = to
+	}
+	if err := store.CutReservationBookings(ctx, tx, r.TenantID, r.ID); err != nil {
+		return Reservation{}, err
+	}
+	return Load(ctx, tx, tenantID, r.ID, false)
 }
 
 // Cancel cancels the tenant's reservation before it is active and cuts its
@@ -73,6 +97,9 @@ func Cancel(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation,
 		return Reservation{}, stateError(r, "cancelled", "reservations.release")
 	default:
 		return Reservation{}, stateError(r, "cancelled", "")
+	}
+	if err := store.SetReservationEndReason(ctx, tx, r.ID, states.EndCancel); err != nil {
+		return Reservation{}, err
 	}
 	if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, from, states.Cancelled, nil); err != nil {
 		return Reservation{}, err

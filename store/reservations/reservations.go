@@ -74,6 +74,19 @@ type Types struct {
 	Reservation, Pool string
 }
 
+// plannedBinding says whether the schema names binding but no driver
+// serves it yet, and which phase will: a reservation with one would go
+// active with nothing bound.
+func plannedBinding(binding string) (phase string, planned bool) {
+	switch binding {
+	case "instance":
+		return "v0.3", true
+	case "node":
+		return "v0.5", true
+	}
+	return "", false
+}
+
 // maxPlaceAttempts bounds the placements of one request that concurrent
 // bookings refuse: each refusal means another booking committed.
 const maxPlaceAttempts = 16
@@ -186,7 +199,8 @@ func authzRow(types Types, tenantID, id, ownerID string, pool pools.Pool, req pl
 }
 
 // Request is what reservations.create asks for. Start nil is now;
-// Duration is in seconds.
+// Duration is in seconds. MaxAhead bounds how far ahead Start may be (0:
+// DefaultMaxAhead), a server-wide setting rather than the caller's.
 type Request struct {
 	PoolID       string
 	Devices      placement.Request
@@ -196,13 +210,50 @@ type Request struct {
 	LeaseSeconds *int64
 	ProjectID    string
 	Spot         bool
+	MaxAhead     time.Duration
+}
+
+// A booking window's start is checked against the database's clock (the
+// one every booking, cut and bind is made on): it may lie at most
+// StartTolerance in the past (a client's clock a little behind) and at
+// most the server's MaxAhead (by default DefaultMaxAhead) in the future.
+const (
+	StartTolerance  = 60 * time.Second
+	DefaultMaxAhead = 365 * 24 * time.Hour
+)
+
+// checkStart refuses a start before now - StartTolerance or after now +
+// maxAhead (INVALID_INPUT naming start), now being the transaction's.
+func checkStart(ctx context.Context, tx store.Tx, start *int64, maxAhead time.Duration) error {
+	if start == nil {
+		return nil
+	}
+	if maxAhead <= 0 {
+		maxAhead = DefaultMaxAhead
+	}
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	earliest, latest := now.Add(-StartTolerance).UnixMilli(), now.Add(maxAhead).UnixMilli()
+	switch {
+	case *start < earliest:
+		return core.Errorf(core.CodeInvalidInput, "start %d is in the past (now is %d; %s of clock skew is tolerated)",
+			*start, now.UnixMilli(), StartTolerance).
+			WithDetails(map[string]any{"field": "start", "reason": "past", "minimum": earliest})
+	case *start > latest:
+		return core.Errorf(core.CodeInvalidInput, "start %d is more than %s ahead (now is %d)", *start, maxAhead, now.UnixMilli()).
+			WithDetails(map[string]any{"field": "start", "reason": "tooFarAhead", "maximum": latest})
+	}
+	return nil
 }
 
 // Draft writes the draft reservation draftID (state draft) and its
 // authorization row, which the decision is made on: the pool must resolve
 // in the tenant's view (own or offered; NOT_FOUND otherwise) and be live,
-// the project be the tenant's live one. Binding defaults to hold; node is
-// planned.
+// the project be the tenant's live one, and the start within the window
+// checkStart allows. Binding defaults to hold; instance and node are not
+// served yet (UNSUPPORTED).
 func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, ownerID string, in Request) (store.AuthzResource, error) {
 	req, verr := placement.Normalize(in.Devices, "devices.")
 	if verr != nil {
@@ -211,9 +262,12 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 	if in.Binding == "" {
 		in.Binding = "hold"
 	}
-	if in.Binding == "node" {
-		return store.AuthzResource{}, core.Errorf(core.CodeUnsupported, "binding node is planned for v0.5").
-			WithDetails(map[string]any{"field": "binding", "reason": "planned", "phase": "v0.5"})
+	if phase, planned := plannedBinding(in.Binding); planned {
+		return store.AuthzResource{}, core.Errorf(core.CodeUnsupported, "binding %s is planned for %s", in.Binding, phase).
+			WithDetails(map[string]any{"field": "binding", "reason": "planned", "phase": phase})
+	}
+	if err := checkStart(ctx, tx, in.Start, in.MaxAhead); err != nil {
+		return store.AuthzResource{}, err
 	}
 	pool, err := pools.View(ctx, tx, tenantID, in.PoolID)
 	if err != nil {
@@ -439,10 +493,18 @@ func spotVictims(ctx context.Context, tx store.Tx, plan placement.Plan, start, e
 }
 
 // preempt ends the spot victims of reservation r, their atoms freed from
-// r's start (or now, if that is later: what has run stays booked).
+// r's start (or now, if that is later: what has run stays booked), now
+// being the transaction's, the clock every booking is made on.
 func preempt(ctx context.Context, tx store.Tx, victims []spotVictim, r Reservation) error {
+	if len(victims) == 0 {
+		return nil
+	}
 	at := time.UnixMilli(r.Start)
-	if now := time.Now(); now.Before(at) {
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	if now.Before(at) {
 		at = now
 	}
 	for _, v := range victims {
@@ -538,4 +600,30 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pools.P
 		}
 	}
 	return nil
+}
+
+// sweepBatch bounds the drafts one sweep deletes.
+const sweepBatch = 1000
+
+// SweepDrafts deletes up to sweepBatch drafts created longer than maxAge
+// ago, with their idempotency rows and authorization rows, and answers how
+// many. A draft outlives its admission only when the process crashed
+// between the admission's two transactions and the caller never retried;
+// a draft counts against nothing meanwhile (lists, limits and capacity
+// skip drafts: they hold no bookings). A draft a retry holds locked right
+// now is skipped.
+func SweepDrafts(ctx context.Context, tx store.Tx, maxAge time.Duration) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, `WITH stale AS (
+			SELECT r.id, r.tenant_id FROM reservations r
+			WHERE r.state = 'draft' AND r.created_at < now() - $1 * interval '1 millisecond'
+				AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.reservation_id = r.id)
+			ORDER BY r.created_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+		keys AS (DELETE FROM idempotency_keys k USING stale
+			WHERE k.tenant_id = stale.tenant_id AND k.resource_id = stale.id AND k.completed_at IS NULL RETURNING 1),
+		authz AS (DELETE FROM authz_resources z USING stale
+			WHERE z.id = stale.id AND z.tenant_id = stale.tenant_id RETURNING 1),
+		drafts AS (DELETE FROM reservations r USING stale WHERE r.id = stale.id RETURNING 1)
+		SELECT count(*) FROM drafts`, maxAge.Milliseconds(), sweepBatch).Scan(&n)
+	return n, err
 }

@@ -22,5 +22,7 @@ func Register(r worker.Registry, a *activities.Reservations) {
 	r.RegisterActivityWithOptions(a.MarkActive, activity.RegisterOptions{Name: activities.ActivityMarkActive})
 	r.RegisterActivityWithOptions(a.Expire, activity.RegisterOptions{Name: activities.ActivityExpire})
 	r.RegisterActivityWithOptions(a.Release, activity.RegisterOptions{Name: activities.ActivityRelease})
+	r.RegisterActivityWithOptions(a.ReleaseLapsed, activity.RegisterOptions{Name: activities.ActivityReleaseLapsed})
+	r.RegisterActivityWithOptions(a.State, activity.RegisterOptions{Name: activities.ActivityState})
 	r.RegisterActivityWithOptions(a.Reconcile, activity.RegisterOptions{Name: activities.ActivityReconcile})
 }

@@ -18,13 +18,15 @@ func TestRegisterKeepsThePersistedNames(t *testing.T) {
 		t.Errorf("workflows = %q, want %q", r.Workflows, want)
 	}
 	want := map[string]string{ // registered name -> method
-		"ReservationBind":        "Bind",
-		"ReservationBindStatus":  "BindStatus",
-		"ReservationFailBinding": "FailBinding",
-		"ReservationMarkActive":  "MarkActive",
-		"ReservationExpire":      "Expire",
-		"ReservationRelease":     "Release",
-		"ReservationsReconcile":  "Reconcile",
+		"ReservationBind":          "Bind",
+		"ReservationBindStatus":    "BindStatus",
+		"ReservationFailBinding":   "FailBinding",
+		"ReservationMarkActive":    "MarkActive",
+		"ReservationExpire":        "Expire",
+		"ReservationRelease":       "Release",
+		"ReservationReleaseLapsed": "ReleaseLapsed",
+		"ReservationState":         "State",
+		"ReservationsReconcile":    "Reconcile",
 	}
 	if len(r.Activities) != len(want) || !maps.Equal(r.Methods, want) {
 		t.Errorf("activities = %q (%v), want %v", r.Activities, r.Methods, want)

@@ -23,6 +23,25 @@ const (
 	bindPoll           = 2 * time.Second
 )
 
+// maxWait bounds every timer the workflow arms: a wait computed from epoch
+// milliseconds (a start or an end centuries ahead) saturates here instead
+// of overflowing time.Duration's int64 nanoseconds into a negative or tiny
+// wait. The workflow wakes after it and waits again.
+const maxWait = 100 * 365 * 24 * time.Hour
+
+// untilMs is the wait from now until t (both epoch ms): never negative,
+// at most maxWait, whatever the inputs.
+func untilMs(now, t int64) time.Duration {
+	if t <= now {
+		return 0
+	}
+	diff := uint64(t) - uint64(now) // t > now: exact even across int64's range
+	if diff > uint64(maxWait/time.Millisecond) {
+		return maxWait
+	}
+	return time.Duration(diff) * time.Millisecond
+}
+
 // reservationMaxRenewals bounds one run's history: after this many renewals
 // the workflow continues as new, carrying its state (a var so tests can
 // lower it).
@@ -57,7 +76,8 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 	activating := false
 	live := func() bool { return state == "active" || (state == "placed" && activating) }
 	cancelled := false
-	changed := false // a renew or an extend moved a deadline
+	changed := false    // a renew or an extend moved a deadline
+	rowChanged := false // the row changed outside this run (SignalChanged)
 	renewals := 0
 	var finished bool
 	var finishErr error
@@ -124,6 +144,13 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 		workflow.GetSignalChannel(ctx, activities.SignalCancel).Receive(ctx, nil)
 		cancelled = true
 	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		ch := workflow.GetSignalChannel(ctx, activities.SignalChanged)
+		for {
+			ch.Receive(ctx, nil)
+			rowChanged = true
+		}
+	})
 
 	// finish ends the run once the activity that releases the reservation
 	// returned err, letting a waiting release update answer first.
@@ -138,19 +165,60 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 		return activities.ReservationResult{State: state, Reason: reason}, finishErr
 	}
 	release := func(reason string) (activities.ReservationResult, error) {
-		return finish(workflow.ExecuteActivity(ctx, a.Release, p.TenantID, p.ReservationID).Get(ctx, nil), reason)
+		act := a.Release
+		if reason == "lease" {
+			act = a.ReleaseLapsed
+		}
+		return finish(workflow.ExecuteActivity(ctx, act, p.TenantID, p.ReservationID).Get(ctx, nil), reason)
+	}
+	// endedOutside ends the run on a row that reached a terminal state
+	// outside it (the API released or cancelled it without a live run, a
+	// lost node failed it): the row is the truth and is left as it is.
+	endedOutside := func(row activities.RowState) (activities.ReservationResult, error) {
+		state, finished = row.State, true
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return activities.ReservationResult{}, err
+		}
+		return activities.ReservationResult{State: row.State, Reason: row.EndReason}, nil
+	}
+	// readRow reads the row after a SignalChanged; ended says the run
+	// ended on it.
+	readRow := func() (res activities.ReservationResult, ended bool, err error) {
+		rowChanged = false
+		var row activities.RowState
+		if err := workflow.ExecuteActivity(ctx, a.State, p.TenantID, p.ReservationID).Get(ctx, &row); err != nil {
+			return activities.ReservationResult{}, true, err
+		}
+		if !row.Terminal {
+			return activities.ReservationResult{}, false, nil
+		}
+		res, err = endedOutside(row)
+		return res, true, err
 	}
 
 	if !p.Active {
-		if wait := time.Duration(p.Start-workflow.Now(ctx).UnixMilli()) * time.Millisecond; wait > 0 {
-			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return cancelled }); err != nil {
+		for {
+			if cancelled {
+				return activities.ReservationResult{State: "cancelled", Reason: "cancel"}, nil
+			}
+			if rowChanged {
+				if res, ended, err := readRow(); ended || err != nil {
+					return res, err
+				}
+			}
+			wait := untilMs(workflow.Now(ctx).UnixMilli(), p.Start)
+			if wait <= 0 {
+				break
+			}
+			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return cancelled || rowChanged }); err != nil {
 				return activities.ReservationResult{}, err
 			}
 		}
-		if cancelled {
-			return activities.ReservationResult{State: "cancelled", Reason: "cancel"}, nil
-		}
 		if res, done, err := bind(ctx, p, &cancelled); done || err != nil {
+			if err == nil && res.State != "cancelled" && res.Reason == "" {
+				// Ended outside this run while it bound: read why.
+				res, _, err = readRow()
+			}
 			return res, err
 		}
 		var became string
@@ -160,12 +228,16 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 		if err != nil {
 			return activities.ReservationResult{State: state}, err
 		}
-		if became != "active" { // cancelled meanwhile; the signal may still be on its way
+		if became == "cancelled" { // cancelled meanwhile; the signal may still be on its way
 			state, finished = became, true // a release that waited answers with it
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return activities.ReservationResult{}, err
 			}
 			return activities.ReservationResult{State: became, Reason: "cancel"}, nil
+		}
+		if became != "active" { // ended outside this run
+			res, _, err := readRow()
+			return res, err
 		}
 		state = "active"
 		p.Active = true
@@ -178,10 +250,19 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 		if releaseRequested {
 			return release("release")
 		}
+		if rowChanged {
+			if res, ended, err := readRow(); ended || err != nil {
+				return res, err
+			}
+		}
 		now := workflow.Now(ctx).UnixMilli()
 		if now >= p.End {
 			var end activities.ExpireResult
 			err := workflow.ExecuteActivity(ctx, a.Expire, p.TenantID, p.ReservationID).Get(ctx, &end)
+			if err == nil && end.Released && end.State != "" && end.State != "released" {
+				res, _, err := readRow() // ended outside this run
+				return res, err
+			}
 			if err != nil || end.Released {
 				return finish(err, "end")
 			}
@@ -203,13 +284,13 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 			}
 			return activities.ReservationResult{}, workflow.NewContinueAsNewError(ctx, activities.ReservationWorkflowName, p)
 		}
-		wait := p.End - now
-		if leaseMs > 0 && p.LeaseDeadline-now < wait {
-			wait = p.LeaseDeadline - now
+		wait := untilMs(now, p.End)
+		if leaseMs > 0 {
+			wait = min(wait, untilMs(now, p.LeaseDeadline))
 		}
 		changed = false
-		if _, err := workflow.AwaitWithTimeout(ctx, time.Duration(wait)*time.Millisecond,
-			func() bool { return releaseRequested || changed }); err != nil {
+		if _, err := workflow.AwaitWithTimeout(ctx, wait,
+			func() bool { return releaseRequested || changed || rowChanged }); err != nil {
 			return activities.ReservationResult{}, err
 		}
 	}
@@ -235,6 +316,9 @@ func bind(ctx workflow.Context, p activities.ReservationParams, cancelled *bool)
 		return activities.ReservationResult{State: state, Reason: "cancel"}, true, nil
 	case "active":
 		return activities.ReservationResult{}, false, nil
+	case "binding":
+	default: // ended: failed by Bind (no booking covers now), or outside this run
+		return activities.ReservationResult{State: state}, true, nil
 	}
 	deadline := workflow.Now(ctx).Add(timeout)
 	fail := func(reason string) (activities.ReservationResult, bool, error) {
@@ -253,6 +337,9 @@ func bind(ctx workflow.Context, p activities.ReservationParams, cancelled *bool)
 			return activities.ReservationResult{State: status, Reason: "cancel"}, true, nil
 		case "failed":
 			return fail("bindFailed")
+		case "waiting":
+		default: // ended outside this run
+			return activities.ReservationResult{State: status}, true, nil
 		}
 		left := deadline.Sub(workflow.Now(ctx))
 		if left <= 0 {

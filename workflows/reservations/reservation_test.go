@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -31,6 +32,10 @@ type recorder struct {
 	binding []string
 	// markActive is the activation's mock, to make it take time.
 	markActive *testsuite.MockCallWrapper
+	// row is what the State activity reads.
+	row activities.RowState
+	// bound, when set, is what Bind answers (and records), else "binding".
+	bound string
 }
 
 func (r *recorder) record(name, tenantID, id string) error {
@@ -55,6 +60,9 @@ func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
 		return env.OnActivity(name, args...).Return(fn)
 	}
 	on(activities.ActivityBind, func(_ context.Context, tenantID, id string, _ time.Duration) (string, error) {
+		if r.bound != "" {
+			return r.bound, r.record(activities.ActivityBind+"("+r.bound+")", tenantID, id)
+		}
 		return "binding", nil
 	})
 	on(activities.ActivityBindStatus, func(_ context.Context, tenantID, id string) (string, error) {
@@ -83,6 +91,12 @@ func (r *recorder) register(env *testsuite.TestWorkflowEnvironment) {
 	})
 	on(activities.ActivityRelease, func(_ context.Context, tenantID, id string) error {
 		return r.record(activities.ActivityRelease, tenantID, id)
+	})
+	on(activities.ActivityReleaseLapsed, func(_ context.Context, tenantID, id string) error {
+		return r.record(activities.ActivityReleaseLapsed, tenantID, id)
+	})
+	on(activities.ActivityState, func(_ context.Context, tenantID, id string) (activities.RowState, error) {
+		return r.row, r.record(activities.ActivityState, tenantID, id)
 	})
 }
 
@@ -145,7 +159,7 @@ func TestReservationLeaseMissedIsReleased(t *testing.T) {
 	if res.State != "released" || res.Reason != "lease" {
 		t.Fatalf("result = %+v", res)
 	}
-	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityRelease)
+	wantCalls(t, r, activities.ActivityMarkActive, activities.ActivityReleaseLapsed)
 	if got := r.at[0]; !got.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("activated at %v, want the start", got)
 	}
@@ -371,4 +385,110 @@ func TestReservationCancelledWhileBinding(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	wantCalls(t, r)
+}
+
+func TestUntilMsSaturates(t *testing.T) {
+	for _, tc := range []struct {
+		now, t int64
+		want   time.Duration
+	}{
+		{0, 1500, 1500 * time.Millisecond},
+		{5, 3, 0},
+		{5, 5, 0},
+		{0, math.MaxInt64, maxWait},
+		{math.MinInt64, math.MaxInt64, maxWait},
+		{math.MaxInt64, math.MinInt64, 0},
+		{t0.UnixMilli(), t0.AddDate(300, 0, 0).UnixMilli(), maxWait},
+	} {
+		if got := untilMs(tc.now, tc.t); got != tc.want {
+			t.Errorf("untilMs(%d, %d) = %v, want %v", tc.now, tc.t, got, tc.want)
+		}
+	}
+}
+
+// A start centuries ahead is waited for: its wait saturates instead of
+// overflowing into one that fires at once. A day in, the cancel finds it
+// still waiting, never bound nor activated.
+func TestReservationFarFutureStartDoesNotActivate(t *testing.T) {
+	env, r := newEnv(t)
+	p := params(0)
+	p.Start, p.End = t0.AddDate(300, 0, 0).UnixMilli(), t0.AddDate(300, 0, 1).UnixMilli()
+	r.bound = "binding" // record a Bind, were there one
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(activities.SignalCancel, nil) }, 24*time.Hour)
+	env.ExecuteWorkflow(ReservationWorkflow, p)
+	if res := result(t, env); res.State != "cancelled" || res.Reason != "cancel" {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r)
+}
+
+// An active reservation whose end is centuries ahead waits for it (or a
+// release) without spinning.
+func TestReservationFarFutureEndWaits(t *testing.T) {
+	env, r := newEnv(t)
+	p := params(0)
+	p.Active, p.End = true, t0.AddDate(300, 0, 0).UnixMilli()
+	var acc, rej *bool
+	var out *error
+	env.RegisterDelayedCallback(func() { acc, rej, out = update(env, activities.UpdateRelease, "release") }, time.Hour)
+	env.ExecuteWorkflow(ReservationWorkflow, p)
+	if res := result(t, env); res.State != "released" || res.Reason != "release" {
+		t.Fatalf("result = %+v", res)
+	}
+	if !*acc || *rej || *out != nil {
+		t.Fatalf("release accepted %v rejected %v outcome %v", *acc, *rej, *out)
+	}
+	wantCalls(t, r, activities.ActivityRelease)
+	if !r.at[0].Equal(t0.Add(time.Hour)) {
+		t.Fatalf("released at %v, want when asked", r.at[0])
+	}
+}
+
+// Told its row changed, the run reads it: a row ended outside it (a lost
+// node failed it) ends the run as the row says, touching nothing; a row
+// still live keeps it running.
+func TestReservationChangedRowEndsTheRun(t *testing.T) {
+	env, r := newEnv(t)
+	p := params(0)
+	p.Active = true
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(activities.SignalChanged, nil) }, time.Hour)
+	env.RegisterDelayedCallback(func() {
+		r.row = activities.RowState{State: "failed", Terminal: true, EndReason: "nodeLost"}
+		env.SignalWorkflow(activities.SignalChanged, nil)
+	}, 2*time.Hour)
+	r.row = activities.RowState{State: "active"}
+	env.ExecuteWorkflow(ReservationWorkflow, p)
+	if res := result(t, env); res != (activities.ReservationResult{State: "failed", Reason: "nodeLost"}) {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r, activities.ActivityState, activities.ActivityState)
+	if !r.at[1].Equal(t0.Add(2 * time.Hour)) {
+		t.Fatalf("second read at %v", r.at[1])
+	}
+}
+
+// A row cancelled or released by the API while the run waited for the
+// start ends the run when it is told, before any binding.
+func TestReservationChangedBeforeItsStart(t *testing.T) {
+	env, r := newEnv(t)
+	r.row = activities.RowState{State: "cancelled", Terminal: true, EndReason: "cancel"}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(activities.SignalChanged, nil) }, 30*time.Minute)
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	if res := result(t, env); res != (activities.ReservationResult{State: "cancelled", Reason: "cancel"}) {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r, activities.ActivityState)
+}
+
+// The bind step finds no booking covering now (the window is over): it
+// fails the reservation, and the run ends without activating it.
+func TestReservationBindOutsideTheBookingFails(t *testing.T) {
+	env, r := newEnv(t)
+	r.bound = "failed"
+	r.row = activities.RowState{State: "failed", Terminal: true, EndReason: "failed"}
+	env.ExecuteWorkflow(ReservationWorkflow, params(0))
+	if res := result(t, env); res != (activities.ReservationResult{State: "failed", Reason: "failed"}) {
+		t.Fatalf("result = %+v", res)
+	}
+	wantCalls(t, r, activities.ActivityBind+"(failed)", activities.ActivityState)
 }
