@@ -112,9 +112,13 @@ func ReconcileNodeHealth(ctx context.Context, tx store.Tx, tenantID, id string) 
 			dead = nodeID
 		}
 	}
+	now, err := dbNow(ctx, tx)
+	if err != nil {
+		return NodeHealthUnchanged, err
+	}
 	switch states.State(r.State) {
 	case states.Placed, states.Binding:
-		if dead != "" && r.End > time.Now().UnixMilli() {
+		if dead != "" && r.End > now.UnixMilli() {
 			return replace(ctx, tx, r, dead, conn[dead])
 		}
 	case states.Active, states.Expired:
@@ -165,8 +169,8 @@ func replace(ctx context.Context, tx store.Tx, r Reservation, dead, connectivity
 		if err != nil {
 			return NodeHealthUnchanged, err
 		}
-		if r.Start > time.Now().UnixMilli() {
-			return NodeHealthUnchanged, nil // its node may come back before its start
+		if now, err := dbNow(ctx, tx); err != nil || r.Start > now.UnixMilli() {
+			return NodeHealthUnchanged, err // its node may come back before its start
 		}
 		return NodeHealthFailed, failOnDeadNode(ctx, tx, r, dead, connectivity)
 	}
@@ -204,9 +208,13 @@ func replaceIn(ctx context.Context, tx store.Tx, r Reservation, notAfter *time.T
 		return false, err
 	}
 	pool, err := pools.View(ctx, tx, r.TenantID, r.PoolID)
+	var now time.Time
+	if err == nil {
+		now, err = dbNow(ctx, tx)
+	}
 	if err == nil {
 		window := r
-		window.Start = max(r.Start, time.Now().UnixMilli())
+		window.Start = max(r.Start, now.UnixMilli())
 		err = placeAndBook(ctx, tx, pool, window)
 	}
 	if err != nil {

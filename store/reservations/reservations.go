@@ -231,8 +231,8 @@ func checkStart(ctx context.Context, tx store.Tx, start *int64, maxAhead time.Du
 	if maxAhead <= 0 {
 		maxAhead = DefaultMaxAhead
 	}
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	now, err := dbNow(ctx, tx)
+	if err != nil {
 		return err
 	}
 	earliest, latest := now.Add(-StartTolerance).UnixMilli(), now.Add(maxAhead).UnixMilli()
@@ -492,6 +492,15 @@ func spotVictims(ctx context.Context, tx store.Tx, plan placement.Plan, start, e
 	})
 }
 
+// dbNow is the transaction's now(), the clock every booking is made on and
+// checked against (the bind step exposes only what a booking covers at
+// now()); as epoch ms it is truncated, so a booking from it has begun.
+func dbNow(ctx context.Context, tx store.Tx) (time.Time, error) {
+	var now time.Time
+	err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now)
+	return now, err
+}
+
 // preempt ends the spot victims of reservation r, their atoms freed from
 // r's start (or now, if that is later: what has run stays booked), now
 // being the transaction's, the clock every booking is made on.
@@ -500,8 +509,8 @@ func preempt(ctx context.Context, tx store.Tx, victims []spotVictim, r Reservati
 		return nil
 	}
 	at := time.UnixMilli(r.Start)
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	now, err := dbNow(ctx, tx)
+	if err != nil {
 		return err
 	}
 	if now.Before(at) {
