@@ -43,6 +43,8 @@ type countingPort struct {
 	// failRequire, when set, fails the next Require (a crash between the
 	// admission's first transaction and its decision).
 	failRequire atomic.Bool
+	// onRequire, when set, answers Require instead of the real port.
+	onRequire atomic.Pointer[func(iam.Request) error]
 }
 
 // RefreshResource passes through, so the refresh reaches the projection.
@@ -63,6 +65,9 @@ func (c *countingPort) Require(ctx context.Context, r iam.Request) error {
 	c.require.Add(1)
 	if c.failRequire.CompareAndSwap(true, false) {
 		return core.Errorf(core.CodeUnavailable, "IAM is unreachable")
+	}
+	if f := c.onRequire.Load(); f != nil {
+		return (*f)(r)
 	}
 	return c.inner.Require(ctx, r)
 }
