@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -116,5 +117,40 @@ func TestAdmissionDecidingWhileTheKeyCompletesAnswersTheStoredResult(t *testing.
 	status, body := e.call(e.stranger, "cloudResources.create", createBody("k5", "postgres"))
 	if status != 200 || body != stored {
 		t.Fatalf("create = %d %s, want the stored %s", status, body, stored)
+	}
+}
+
+// When the first call is refused (nothing fits), the concurrent ones with
+// its key are refused alike, and the draft is failed once.
+func TestConcurrentReplaysOfARefusedKeyAreRefusedAlike(t *testing.T) {
+	e := newEnv(t)
+	p, _ := h100Pool(t, e)
+	body := fmt.Sprintf(`{"tenantId":"acme","poolId":%q,"devices":{"class":"gpu","count":9},"start":%d,"duration":3600,"idempotencyKey":"too-big"}`,
+		p.ID, reservationsT0.UnixMilli())
+	statuses, bodies := e.concurrently(50, e.boot.UserToken, "reservations.create", body)
+	// The first answers the placement's refusal, the others the failure it
+	// recorded on the draft: the same code, reason and reservation.
+	var first string
+	for i := range statuses {
+		var out struct {
+			Error struct {
+				Code    string         `json:"code"`
+				Details map[string]any `json:"details"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal([]byte(bodies[i]), &out)
+		id, _ := out.Error.Details["reservationId"].(string)
+		if first == "" {
+			first = id
+		}
+		if statuses[i] != 409 || out.Error.Code != "INVALID_STATE" || out.Error.Details["reason"] != "noCapacity" || id != first {
+			t.Fatalf("call %d = %d %s", i, statuses[i], bodies[i])
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM reservations`); n != 1 {
+		t.Fatalf("%d reservations, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM device_bookings`); n != 0 {
+		t.Fatalf("%d bookings, want 0", n)
 	}
 }
