@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,14 +51,39 @@ func (s *Server) admit(ctx context.Context, c *Call, a *rpc.ErasedAdmission) (an
 		return nil, err
 	}
 	key := idempotencyKey{tenant: c.TenantID, identity: c.Caller.IdentityID, method: c.Method.FullName(), key: in.IdempotencyKey}
+	if key.key == "" {
+		return s.runAdmission(ctx, c, a, key, hash, d.Resource.Prefix)
+	}
+	// In one process, the calls of one session with one key and one body
+	// share one run and its answer: concurrent runs would refresh the same
+	// draft in this process's projection at once, and a decision made while
+	// another refresh holds the row out of it can be a spurious denial. The
+	// run outlives a caller that goes away, as it would have alone.
+	flight, err := json.Marshal([]string{key.tenant, key.identity, c.Caller.SessionID, c.Caller.SourceIP, key.method, key.key, hex.EncodeToString(hash)})
+	if err != nil {
+		return nil, fmt.Errorf("admission flight: %w", err)
+	}
+	shared := context.WithoutCancel(ctx)
+	ch := s.admissions.DoChan(string(flight), func() (any, error) { return s.runAdmission(shared, c, a, key, hash, d.Resource.Prefix) })
+	select {
+	case r := <-ch:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
 
+// runAdmission runs an admission's transactions and its decision; key.key
+// is empty for a change of an existing row (reservations.extend), prefix
+// is the draft's id prefix.
+func (s *Server) runAdmission(ctx context.Context, c *Call, a *rpc.ErasedAdmission, key idempotencyKey, hash []byte, prefix string) (any, error) {
 	var replay json.RawMessage
-	err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { // transaction 1
+	err := s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) { // transaction 1
 		// Flushed at commit, so a remote IAM's refresh can wait for exactly it.
 		if err := store.SyncCommit(ctx, tx); err != nil {
 			return err
 		}
-		if in.IdempotencyKey == "" { // a change of an existing row (reservations.extend)
+		if key.key == "" { // a change of an existing row (reservations.extend)
 			c.Resource, err = a.Prepare(ctx, c, tx, "")
 			return err
 		}
@@ -72,7 +98,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *rpc.ErasedAdmission) (an
 		case err != nil:
 			return err
 		case found && string(row.hash) != string(hash):
-			return core.Errorf(core.CodeConflict, "idempotencyKey %q was used with another request", in.IdempotencyKey).
+			return core.Errorf(core.CodeConflict, "idempotencyKey %q was used with another request", key.key).
 				WithDetails(map[string]any{"field": "idempotencyKey"})
 		case found && row.result != nil:
 			replay, c.Resource = row.result, row.resource
@@ -81,8 +107,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *rpc.ErasedAdmission) (an
 			c.Resource = row.resource // prepared before a crash: decide on it again
 			return nil
 		}
-		prefix := d.Resource.Prefix
-		c.Resource, err = a.Prepare(ctx, c, tx, core.DerivedID(prefix, c.TenantID, c.Caller.IdentityID, in.IdempotencyKey))
+		c.Resource, err = a.Prepare(ctx, c, tx, core.DerivedID(prefix, c.TenantID, c.Caller.IdentityID, key.key))
 		if err != nil {
 			return err
 		}
@@ -99,7 +124,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *rpc.ErasedAdmission) (an
 		// completed the admission while this one was deciding on the draft
 		// it is changing: its stored result is the answer, as for any
 		// replay, and the draft is not marked denied.
-		if in.IdempotencyKey != "" {
+		if key.key != "" {
 			if stored, ok := s.completedResult(ctx, key); ok {
 				return stored, s.start(ctx, c, a)
 			}
@@ -113,7 +138,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *rpc.ErasedAdmission) (an
 	}
 	var out any
 	err = s.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { // transaction 2
-		if in.IdempotencyKey != "" {
+		if key.key != "" {
 			row, found, err := key.lock(ctx, tx)
 			if err != nil {
 				return err
@@ -126,7 +151,7 @@ func (s *Server) admit(ctx context.Context, c *Call, a *rpc.ErasedAdmission) (an
 		if out, err = a.Complete(ctx, c, tx); err != nil {
 			return err
 		}
-		if in.IdempotencyKey != "" {
+		if key.key != "" {
 			// Answer the stored form, so the first answer and every replay
 			// are the same bytes.
 			if out, err = key.complete(ctx, tx, out); err != nil {

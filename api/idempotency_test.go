@@ -54,7 +54,14 @@ func TestConcurrentReplaysOfOneKeyGetTheWinnersAnswer(t *testing.T) {
 	p, _ := h100Pool(t, e)
 	body := fmt.Sprintf(`{"tenantId":"acme","poolId":%q,"devices":{"class":"gpu","count":1},"start":%d,"duration":3600,"idempotencyKey":"same-key"}`,
 		p.ID, reservationsT0.UnixMilli())
+	e.outer.reset()
 	statuses, bodies := e.concurrently(50, e.boot.UserToken, "reservations.create", body)
+	// One process decides once: concurrent decisions would each refresh
+	// the draft in its projection, and one made while another refresh
+	// holds the row out of it can be a spurious denial.
+	if r, q := e.outer.require.Load(), e.outer.refresh.Load(); r != 1 || q != 1 {
+		t.Errorf("%d Require and %d RefreshResource for one key, want 1 and 1", r, q)
+	}
 	for i := range statuses {
 		if statuses[i] != 200 || bodies[i] != bodies[0] {
 			t.Fatalf("call %d = %d %s; call 0 = %d %s", i, statuses[i], bodies[i], statuses[0], bodies[0])
