@@ -7,6 +7,9 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X $(PKG)/internal/buildinfo.Version=$(VERSION) -X $(PKG)/internal/buildinfo.Commit=$(COMMIT)
 # The whole suite, integration tests included; stays under 15 minutes on 2 cores.
 TEST_TIMEOUT ?= 14m
+# How long `make test` fuzzes the call envelope (api.FuzzEnvelope) after the
+# suite; its first ~10 s start the server and replay the corpus.
+FUZZ_TIME ?= 20s
 # go-nvml's cgo preamble uses NVML calls its headers mark deprecated.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
@@ -24,6 +27,7 @@ run: build
 
 test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzEnvelope$$' -fuzztime $(FUZZ_TIME) ./api/
 
 # gofmt, vet, and the direction of imports (tools/importcheck holds the rules).
 lint:

@@ -23,7 +23,8 @@ import (
 //  3. The input is validated (INVALID_INPUT) before any IAM call.
 //  4. Authenticate (the port caches it for 30 s).
 //  5. The tenant pre-check: a caller of another tenant (not root) is
-//     ACCESS_DENIED before any database access or IAM decision.
+//     ACCESS_DENIED before any database access or IAM decision; a root
+//     caller naming a tenant IAM does not know is NOT_FOUND.
 //  6. Admissions prepare their draft in a first transaction and decide on it.
 //  7. Other mutations: one Require, never cached. Reads: one Authorize
 //     (allows cached for 10 s per session).
@@ -70,6 +71,11 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 		return nil, denied()
 	}
 	c.Override = c.Caller.TenantID != c.TenantID
+	if c.Override {
+		if err := s.knownTenant(ctx, c); err != nil {
+			return nil, err
+		}
+	}
 	if !served {
 		return nil, core.Errorf(core.CodeUnsupported, "%s is planned for %s", name, phaseOf(m)).
 			WithDetails(map[string]any{"reason": "planned", "phase": phaseOf(m)})
@@ -139,6 +145,26 @@ func phaseOf(m core.Method) string {
 }
 
 func denied() error { return core.Errorf(core.CodeAccessDenied, "access denied") }
+
+// knownTenant refuses a call into a tenant IAM does not know, before any
+// decision or database access, so that no row is written in it: NOT_FOUND
+// for a caller with root authority (who may act in every tenant), and for
+// any other root-tenant caller the ACCESS_DENIED a known tenant would give
+// it, so only root learns which tenants exist.
+func (s *Server) knownTenant(ctx context.Context, c *Call) error {
+	known, err := s.iam.TenantKnown(ctx, c.Caller, c.TenantID)
+	switch {
+	case err != nil:
+		return err
+	case known:
+		return nil
+	case c.Caller.RootAuthority:
+		return core.Errorf(core.CodeNotFound, "tenant %q not found", c.TenantID).
+			WithDetails(map[string]any{"field": "tenantId"})
+	default:
+		return denied()
+	}
+}
 
 // tenantOf reads the input's tenantId (the schema has already checked it).
 func tenantOf(input json.RawMessage) (string, error) {

@@ -54,12 +54,14 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 
 // countingPort counts the calls that reach a Port: it wraps the real one.
 type countingPort struct {
-	inner                                              iam.Port
-	authenticate, authorize, require, batches, refresh atomic.Int64
-	batchSizes                                         sync.Map // call number → size
+	inner                                                       iam.Port
+	authenticate, authorize, require, batches, refresh, tenants atomic.Int64
+	batchSizes                                                  sync.Map // call number → size
 	// failRequire, when set, fails the next Require (a crash between the
 	// admission's first transaction and its decision).
 	failRequire atomic.Bool
+	// onRequire, when set, answers Require instead of the real port.
+	onRequire atomic.Pointer[func(iam.Request) error]
 }
 
 // RefreshResource passes through, so the refresh reaches the projection.
@@ -81,12 +83,19 @@ func (c *countingPort) Require(ctx context.Context, r iam.Request) error {
 	if c.failRequire.CompareAndSwap(true, false) {
 		return core.Errorf(core.CodeUnavailable, "IAM is unreachable")
 	}
+	if f := c.onRequire.Load(); f != nil {
+		return (*f)(r)
+	}
 	return c.inner.Require(ctx, r)
 }
 func (c *countingPort) AuthorizeMany(ctx context.Context, rs []iam.Request) ([]iam.Decision, error) {
 	n := c.batches.Add(1)
 	c.batchSizes.Store(n, len(rs))
 	return c.inner.AuthorizeMany(ctx, rs)
+}
+func (c *countingPort) TenantKnown(ctx context.Context, caller *iam.Caller, tenantID string) (bool, error) {
+	c.tenants.Add(1)
+	return c.inner.TenantKnown(ctx, caller, tenantID)
 }
 func (c *countingPort) decisions() int64 {
 	return c.authorize.Load() + c.require.Load() + c.batches.Load()
@@ -97,6 +106,7 @@ func (c *countingPort) reset() {
 	c.require.Store(0)
 	c.batches.Store(0)
 	c.refresh.Store(0)
+	c.tenants.Store(0)
 }
 
 // env is a real API: a migrated database, the authorization projection and

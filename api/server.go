@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/client"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/better-compute/better-compute/api/httpx"
 	"github.com/better-compute/better-compute/api/rpc"
@@ -86,6 +87,7 @@ type Server struct {
 	handlers   map[string]*rpc.Handler
 	engine     *gin.Engine
 	metrics    *metrics
+	admissions singleflight.Group // admissions in flight, by caller session and key (admission.go)
 }
 
 // maxBody bounds a call's JSON input.

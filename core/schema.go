@@ -386,7 +386,7 @@ func (s *Schema) ValidateValue(v any) *Error {
 
 // Validate validates a JSON input. Empty input and null are the empty object.
 // The first failure is INVALID_INPUT with details.field (dotted for nested
-// fields) and details.reason (required, unknown, type, minLength, maxLength,
+// fields) and details.reason (encoding, required, unknown, type, minLength, maxLength,
 // pattern, enum, range, minItems, maxItems, maxProperties, maxBytes, ...).
 // Unknown top-level fields are reported first, then the fields in
 // declaration order.
@@ -397,6 +397,9 @@ func (s *Schema) Validate(input json.RawMessage) *Error {
 	}
 	if trimmed[0] != '{' {
 		return invalidField("", "type", "input must be a JSON object")
+	}
+	if e := checkText(trimmed); e != nil {
+		return e
 	}
 	v, err := validator.UnmarshalJSON(bytes.NewReader(trimmed))
 	if err != nil {

@@ -93,6 +93,7 @@ type Embedded struct {
 	now       func() time.Time
 	actions   map[types.EntityUID]types.Entity
 	policies  cedarPolicySets
+	tenants   knownTenants
 }
 
 var (
@@ -116,7 +117,7 @@ func NewEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	e := &Embedded{
 		db: cfg.Store, cat: cfg.Catalog, resolver: cfg.Resolver, host: cfg.HostFallback,
 		refresher: cfg.Refresher, root: root, log: cfg.Logger, now: cfg.Now,
-		actions: cedarActionEntities(cfg.Catalog),
+		actions: cedarActionEntities(cfg.Catalog), tenants: newKnownTenants(),
 	}
 	if e.refresher == nil {
 		if r, ok := cfg.Resolver.(Refresher); ok {

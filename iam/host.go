@@ -149,6 +149,8 @@ func (h *iamHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.authorizeMany(w, r)
 	case HostPathRefresh:
 		h.refresh(w, r)
+	case HostPathTenant:
+		h.tenantKnown(w, r)
 	default:
 		h.writeErr(w, r, core.Errorf(core.CodeNotFound, "no IAM host method %q", r.URL.Path))
 	}

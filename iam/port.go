@@ -113,6 +113,10 @@ type Port interface {
 	Require(ctx context.Context, req Request) error
 	// AuthorizeMany decides up to MaxBatch requests, answers in order.
 	AuthorizeMany(ctx context.Context, reqs []Request) ([]Decision, error)
+	// TenantKnown reports whether IAM knows tenantID, for caller c (which
+	// only a caller with root authority needs to ask: no other acts in a
+	// tenant not its own). A known tenant is cached.
+	TenantKnown(ctx context.Context, c *Caller, tenantID string) (bool, error)
 }
 
 // Refresher is the optional part of a Port: re-read one resource before an

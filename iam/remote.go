@@ -128,6 +128,7 @@ type RemotePort struct {
 	client  *http.Client
 	timeout time.Duration
 	refresh *remoteRefresher
+	tenants knownTenants
 }
 
 type remoteRefresher struct {
@@ -158,7 +159,7 @@ func NewRemotePort(cfg RemoteConfig) (Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &RemotePort{base: strings.TrimRight(base, "/"), client: cfg.HTTPClient, timeout: cfg.Timeout}
+	p := &RemotePort{base: strings.TrimRight(base, "/"), client: cfg.HTTPClient, timeout: cfg.Timeout, tenants: newKnownTenants()}
 	if p.client == nil {
 		p.client = defaultRemoteClient()
 	}
