@@ -10,6 +10,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/internal/cli"
 )
 
 func main() {
@@ -22,9 +25,16 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(devCmd(), serveCmd(), workerCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd())
-	if err := root.ExecuteContext(ctx); err != nil {
+	// The API's own commands, one per method of the registry.
+	reg, err := api.BuildRegistry(api.Domains)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "better-compute:", err)
+		os.Exit(cli.ExitGeneric)
+	}
+	cli.Attach(root, cli.Options{Registry: reg})
+	if err := root.ExecuteContext(ctx); err != nil {
+		code := cli.Report(os.Stderr, err)
 		stop()
-		os.Exit(1)
+		os.Exit(code)
 	}
 }

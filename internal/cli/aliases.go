@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/better-compute/better-compute/core/reservations"
+)
+
+// An alias is a flag of one method that writes a field in the words people
+// use for it: --gpus 2 for devices {class gpu, count 2}.
+type alias struct {
+	Flag  string
+	Usage string
+	// Field is the input field it sets; Set builds the value from the flag's.
+	Field string
+	Set   func(v string) (any, error)
+}
+
+// aliases are the ergonomic flags, by method. Every other flag is the
+// method's own input field.
+var aliases = map[string][]alias{
+	"reservations.create": {
+		{Flag: "pool", Usage: "the pool's id (poolId)", Field: "poolId", Set: func(v string) (any, error) { return v, nil }},
+		{Flag: "gpus", Usage: "how many GPUs (devices {class gpu, count N})", Field: "devices", Set: gpus},
+		{Flag: "for", Usage: "how long: 1h, 90m, 2d (duration)", Field: "duration", Set: seconds},
+	},
+	"reservations.extend": {
+		{Flag: "for", Usage: "the new total length from the start: 1h, 90m, 2d (duration)", Field: "duration", Set: seconds},
+	},
+	"capacity.preview": {
+		{Flag: "pool", Usage: "the pool's id (poolId)", Field: "poolId", Set: func(v string) (any, error) { return v, nil }},
+		{Flag: "gpus", Usage: "how many GPUs (devices {class gpu, count N})", Field: "devices", Set: gpus},
+		{Flag: "for", Usage: "how long: 1h, 90m, 2d (duration)", Field: "duration", Set: seconds},
+	},
+}
+
+func gpus(v string) (any, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return nil, usageErrorf("--gpus %q: want a whole number of GPUs", v)
+	}
+	return map[string]any{"class": "gpu", "count": n}, nil
+}
+
+func seconds(v string) (any, error) {
+	n, err := parseSeconds(v)
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	return n, nil
+}
+
+// A waiter is how --wait follows a method's long work: it reads the
+// resource with Get (IDField naming it) until Settled says the state is one
+// a person waits for.
+type waiter struct {
+	Get     string
+	IDField string
+	Settled func(obj map[string]any, now time.Time) bool
+}
+
+// waiters are the methods that take --wait.
+var waiters = map[string]waiter{
+	"reservations.create":  {Get: "reservations.get", IDField: "reservationId", Settled: reservationSettled},
+	"reservations.release": {Get: "reservations.get", IDField: "reservationId", Settled: reservationEnded},
+	"reservations.cancel":  {Get: "reservations.get", IDField: "reservationId", Settled: reservationEnded},
+}
+
+// reservationSettled: active, ended, waiting on a person, or booked for a
+// start still ahead.
+func reservationSettled(obj map[string]any, now time.Time) bool {
+	s := reservations.State(stringOf(obj["state"]))
+	switch {
+	case reservations.Terminal(s), s == reservations.Active, s == reservations.AwaitingConfirmation:
+		return true
+	case slices.Contains([]reservations.State{reservations.Pending, reservations.Placed}, s):
+		start, ok := int64Of(obj["start"])
+		return ok && start > now.Add(time.Minute).UnixMilli()
+	}
+	return false
+}
+
+func reservationEnded(obj map[string]any, _ time.Time) bool {
+	return reservations.Terminal(reservations.State(stringOf(obj["state"])))
+}
