@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/better-compute/better-compute/deploy/devstack"
+	"github.com/better-compute/better-compute/internal/cli"
 )
 
 func devCmd() *cobra.Command {
@@ -19,12 +20,19 @@ func devCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Run the whole system on this machine: PostgreSQL, Temporal and its UI, the API and a worker",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			level := slog.LevelInfo
 			if verbose {
 				level = slog.LevelDebug
 			}
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if o.CLIConfig == "" {
+				if o.CLIConfig, err = cli.DefaultConfigPath(os.Getenv); err != nil {
+					return err
+				}
+			} else if o.CLIConfig == "-" {
+				o.CLIConfig = ""
+			}
 			ctx := cmd.Context()
 			started := time.Now()
 			stack, err := devstack.Start(ctx, o)
@@ -51,6 +59,7 @@ func devCmd() *cobra.Command {
 	f.StringVar(&o.UIAddr, "temporal-ui", d.UIAddr, `Temporal Web UI address ("-" for none)`)
 	f.StringVar(&o.AgentAddr, "agent-listen", d.AgentAddr, "agent listener address (mutual TLS)")
 	f.IntVar(&o.Agents, "agents", d.Agents, "simulated bcd node agents joining the demo pool (-1 for none)")
+	f.StringVar(&o.CLIConfig, "cli-config", "", `the CLI configuration to write the contexts dev and dev-admin into (default $BC_CONFIG or the user's; "-" for none)`)
 	f.BoolVar(&verbose, "verbose", false, "debug logs")
 	return cmd
 }

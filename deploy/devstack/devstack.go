@@ -54,6 +54,9 @@ type Options struct {
 	// the worker run it as a separate process).
 	NoWorker bool
 	Logger   *slog.Logger
+	// CLIConfig is the CLI's configuration file, into which the stack
+	// writes the contexts dev (the demo user) and dev-admin; "" for none.
+	CLIConfig string
 
 	// fallbackRoot is where the cluster's data goes when the postgres OS
 	// user cannot reach Dir (default /var/lib/better-compute); tests move it.
@@ -255,6 +258,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return s, err
 	}
 
+	if err = s.writeCLIContexts(); err != nil {
+		return s, err
+	}
 	if err = s.writeEnv(); err != nil {
 		return s, err
 	}
@@ -514,6 +520,7 @@ func (s *Stack) Banner() string {
 		{"Environment", filepath.Join(s.opts.Dir, "env")},
 		{"Admin token", filepath.Join(s.opts.Dir, adminTokenFile) + " (tenant " + s.tokens.RootTenantID + ", root authority)"},
 		{"Demo token", filepath.Join(s.opts.Dir, demoTokenFile) + " (tenant " + s.tokens.TenantID + ")"},
+		{"CLI contexts", s.cliContextsRow()},
 		{"Demo pool", s.demo.PoolID + " (H100, root's, offered to " + s.tokens.TenantID + " with " + fmt.Sprint(demoGPUQuota) + " GPUs)"},
 	}...)
 	for _, r := range rows {
