@@ -54,12 +54,20 @@ func seconds(v string) (any, error) {
 }
 
 // A waiter is how --wait follows a method's long work: it reads the
-// resource with Get (IDField naming it) until Settled says the state is one
-// a person waits for.
+// resource with Get (IDField naming it) until Settled says the state (its
+// StateField, default state) is one a person waits for.
 type waiter struct {
-	Get     string
-	IDField string
-	Settled func(obj map[string]any, now time.Time) bool
+	Get        string
+	IDField    string
+	StateField string
+	Settled    func(obj map[string]any, now time.Time) bool
+}
+
+func (w waiter) state(obj map[string]any) string {
+	if w.StateField != "" {
+		return stringOf(obj[w.StateField])
+	}
+	return stringOf(obj["state"])
 }
 
 // waiters are the methods that take --wait.
@@ -67,6 +75,8 @@ var waiters = map[string]waiter{
 	"reservations.create":  {Get: "reservations.get", IDField: "reservationId", Settled: reservationSettled},
 	"reservations.release": {Get: "reservations.get", IDField: "reservationId", Settled: reservationEnded},
 	"reservations.cancel":  {Get: "reservations.get", IDField: "reservationId", Settled: reservationEnded},
+	"nodes.drain": {Get: "nodes.get", IDField: "nodeId", StateField: "drainState",
+		Settled: func(obj map[string]any, _ time.Time) bool { return stringOf(obj["drainState"]) != "draining" }},
 }
 
 // reservationSettled: active, ended, waiting on a person, or booked for a

@@ -274,6 +274,7 @@ type common struct {
 	jsonBody  string
 	wait      bool
 	waitLimit time.Duration
+	all       bool
 }
 
 func methodCmd(o Options, m core.Method) *cobra.Command {
@@ -359,6 +360,11 @@ func methodCmd(o Options, m core.Method) *cobra.Command {
 			if err := client.Call(cmd.Context(), m.FullName(), body, &raw); err != nil {
 				return err
 			}
+			if c.all {
+				if raw, err = allPages(cmd.Context(), client, m.FullName(), body, raw); err != nil {
+					return err
+				}
+			}
 			if c.wait && waits {
 				if raw, err = o.await(cmd.Context(), client, m, w, body, raw, c.waitLimit); err != nil {
 					return err
@@ -391,6 +397,11 @@ func methodCmd(o Options, m core.Method) *cobra.Command {
 	}
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("context", o.completeContexts)
+	if m.Schema != nil {
+		if _, paged := m.Schema.Field("cursor"); paged {
+			fl.BoolVar(&c.all, "all", false, "follow nextCursor and answer every page's items")
+		}
+	}
 	if waits {
 		fl.BoolVar(&c.wait, "wait", false, "wait until the "+strings.TrimSuffix(w.IDField, "Id")+" settles, showing its states on a terminal")
 		fl.DurationVar(&c.waitLimit, "wait-timeout", 10*time.Minute, "how long --wait waits")
@@ -481,7 +492,7 @@ func (o Options) await(ctx context.Context, c *api.Client, m core.Method, w wait
 	}
 	progress := o.progress()
 	started := o.Now()
-	state := stringOf(obj["state"])
+	state := w.state(obj)
 	fmt.Fprintf(progress, "%s %s: %s\n", m.FullName(), id, state)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -504,12 +515,39 @@ func (o Options) await(ctx context.Context, c *api.Client, m core.Method, w wait
 		if err := decodeJSON(raw, &obj); err != nil {
 			return nil, fmt.Errorf("--wait: %s answered: %w", w.Get, err)
 		}
-		if s := stringOf(obj["state"]); s != state {
+		if s := w.state(obj); s != state {
 			fmt.Fprintf(progress, "%s %s: %s → %s (%s)\n", m.FullName(), id, state, s, o.Now().Sub(started).Round(time.Second))
 			state = s
 		}
 	}
 	return raw, nil
+}
+
+// allPages calls a list again with each nextCursor until the last page and
+// answers every item in one list.
+func allPages(ctx context.Context, c *api.Client, method string, body map[string]any, raw json.RawMessage) (json.RawMessage, error) {
+	var all []json.RawMessage
+	for {
+		var p struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("--all: %s answered: %w", method, err)
+		}
+		all = append(all, p.Items...)
+		if p.NextCursor == "" {
+			break
+		}
+		body["cursor"] = p.NextCursor
+		if err := c.Call(ctx, method, body, &raw); err != nil {
+			return nil, err
+		}
+	}
+	if all == nil {
+		all = []json.RawMessage{}
+	}
+	return json.Marshal(map[string]any{"items": all})
 }
 
 // progress is stderr when it is a terminal, and nowhere otherwise.

@@ -416,3 +416,36 @@ func TestLoginAndContexts(t *testing.T) {
 		t.Errorf("BC_API_URL did not override the context: %v", err)
 	}
 }
+
+// --all follows nextCursor to the last page and answers every item.
+func TestAllPagesFollowsTheCursor(t *testing.T) {
+	pages := map[string]string{
+		"":   `{"items":[{"id":"a"},{"id":"b"}],"nextCursor":"c1"}`,
+		"c1": `{"items":[{"id":"c"}],"nextCursor":"c2"}`,
+		"c2": `{"items":[]}`,
+	}
+	e := newEnv(t, func(_ string, body map[string]any) (int, string) {
+		cursor, _ := body["cursor"].(string)
+		return 200, pages[cursor]
+	})
+	client := &api.Client{BaseURL: e.url, HTTP: http.DefaultClient}
+	raw, err := allPages(context.Background(), client, "nodes.list", map[string]any{"tenantId": "acme"}, json.RawMessage(pages[""]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != `{"items":[{"id":"a"},{"id":"b"},{"id":"c"}]}` || len(e.api.calls) != 2 {
+		t.Errorf("all pages: %s after %d calls", raw, len(e.api.calls))
+	}
+	if e.api.bodies[1]["tenantId"] != "acme" || e.api.bodies[1]["cursor"] != "c2" {
+		t.Errorf("the last call's body: %v", e.api.bodies[1])
+	}
+}
+
+func TestDrainWaitsForDrained(t *testing.T) {
+	w := waiters["nodes.drain"]
+	for state, settled := range map[string]bool{"draining": false, "drained": true, "": true} {
+		if got := w.Settled(map[string]any{"drainState": state}, time.Now()); got != settled {
+			t.Errorf("drainState %q settled %v, want %v", state, got, settled)
+		}
+	}
+}
