@@ -27,11 +27,13 @@ func main() {
 	root.AddCommand(devCmd(), serveCmd(), workerCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd())
 	// The API's own commands, one per method of the registry.
 	reg, err := api.BuildRegistry(api.Domains)
+	if err == nil {
+		err = cli.Attach(root, cli.Options{Registry: reg})
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "better-compute:", err)
 		os.Exit(cli.ExitGeneric)
 	}
-	cli.Attach(root, cli.Options{Registry: reg})
 	if err := root.ExecuteContext(ctx); err != nil {
 		code := cli.Report(os.Stderr, err)
 		stop()

@@ -70,14 +70,22 @@ func (o Options) configPath() (string, error) {
 }
 
 // Attach adds the API's commands to root: one per method group, login and
-// context. Flag errors become usage errors (exit code 2).
-func Attach(root *cobra.Command, o Options) {
+// context. Flag errors become usage errors (exit code 2). A group named
+// like one of root's own commands is an error: one would hide the other.
+func Attach(root *cobra.Command, o Options) error {
 	o = o.withDefaults()
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	taken := map[string]bool{"login": true, "context": true, "completion": true, "help": true}
+	for _, c := range root.Commands() {
+		taken[c.Name()] = true
+	}
 	groups := map[string]*cobra.Command{}
 	for _, m := range o.Registry.Methods() {
 		g := groups[m.Group]
 		if g == nil {
+			if taken[m.Group] {
+				return fmt.Errorf("cli: method group %s is named like the command %s", m.Group, m.Group)
+			}
 			g = &cobra.Command{
 				Use:     m.Group,
 				Aliases: kebabAlias(m.Group),
@@ -93,6 +101,7 @@ func Attach(root *cobra.Command, o Options) {
 	}
 	root.AddGroup(&cobra.Group{ID: apiGroupID, Title: "API methods (better-compute <group> <verb> --help):"})
 	root.AddCommand(loginCmd(o), contextCmd(o))
+	return nil
 }
 
 const apiGroupID = "api"

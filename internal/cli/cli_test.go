@@ -90,10 +90,12 @@ func (e *env) run(args ...string) (string, error) {
 	e.t.Helper()
 	var out bytes.Buffer
 	root := &cobra.Command{Use: "better-compute", SilenceUsage: true, SilenceErrors: true}
-	Attach(root, Options{
+	if err := Attach(root, Options{
 		Registry: registry(e.t), Stdout: &out, Stderr: io.Discard, ConfigPath: e.config,
 		Getenv: func(k string) string { return e.vars[k] }, PollInterval: time.Millisecond,
-	})
+	}); err != nil {
+		e.t.Fatal(err)
+	}
 	root.SetArgs(args)
 	root.SetOut(io.Discard)
 	err := root.ExecuteContext(context.Background())
@@ -152,7 +154,14 @@ func TestTimes(t *testing.T) {
 func TestEveryMethodHasItsCommandAndFlags(t *testing.T) {
 	reg := registry(t)
 	root := &cobra.Command{Use: "better-compute"}
-	Attach(root, Options{Registry: reg})
+	if err := Attach(root, Options{Registry: reg}); err != nil {
+		t.Fatal(err)
+	}
+	clash := &cobra.Command{Use: "better-compute"}
+	clash.AddCommand(&cobra.Command{Use: "projects"})
+	if err := Attach(clash, Options{Registry: reg}); err == nil {
+		t.Error("a group named like a command of root was attached")
+	}
 	for _, m := range reg.Methods() {
 		cmd, _, err := root.Find([]string{m.Group, m.Name})
 		if err != nil || cmd.Name() != m.Name || cmd.Parent().Name() != m.Group {
