@@ -38,7 +38,9 @@ type Call = rpc.Call
 
 // Call runs method name ("group.method") with a JSON input.
 func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, input json.RawMessage) (out any, err error) {
-	defer func() { s.metrics.calls.WithLabelValues(s.metricName(name), resultCode(err)).Inc() }()
+	start := time.Now()
+	var c *Call
+	defer func() { s.observeCall(ctx, name, c, err, time.Since(start)) }()
 	m, ok := s.registry.Get(name)
 	if !ok {
 		return nil, core.Errorf(core.CodeNotFound, "no method %q", name)
@@ -46,7 +48,7 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 	if len(bytes.TrimSpace(input)) == 0 {
 		input = json.RawMessage("{}")
 	}
-	c := &Call{Method: m, Cred: cred, Input: input}
+	c = &Call{Method: m, Cred: cred, Input: input}
 	h, served := s.handlers[name]
 
 	if m.Public { // step 1

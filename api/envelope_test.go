@@ -206,6 +206,9 @@ func (e *env) person(tenant, name string, groups []string) string {
 	return tok.Token
 }
 
+// testRequestID is the X-Request-Id of env's calls.
+const testRequestID = "req_test"
+
 // call posts over real HTTP and returns the status and the raw body.
 func (e *env) call(token, method, body string) (int, string) {
 	e.t.Helper()
@@ -213,6 +216,9 @@ func (e *env) call(token, method, body string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	// One request id for every call, so that answers compare byte for byte
+	// (error bodies carry it).
+	req.Header.Set("X-Request-Id", testRequestID)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

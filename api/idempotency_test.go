@@ -30,6 +30,7 @@ func (e *env) concurrently(n int, token, method, body string) ([]int, []string) 
 			defer wg.Done()
 			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("X-Request-Id", testRequestID)
 			<-ready
 			resp, err := client.Do(req)
 			if err != nil {

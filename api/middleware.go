@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 
 const (
 	requestIDHeader = "X-Request-Id"
-	ctxRequestID    = "bc.requestId"
+	ctxRequestID    = httpx.RequestIDKey
 	ctxLogger       = httpx.LoggerKey
 )
 
@@ -38,11 +39,29 @@ func requestID(base *slog.Logger) gin.HandlerFunc {
 	}
 }
 
-// accessLog writes one structured line per request. It never logs headers or
-// bodies, which may carry credentials.
+// callRecord is what the envelope learned of an HTTP call, for its access
+// log line: the envelope fills it in (Server.Call), the middleware that put
+// it in the request's context writes it out.
+type callRecord struct {
+	method, code, tenant, identity string
+}
+
+type callRecordKey struct{}
+
+// recordOf is the request's call record, or nil outside an HTTP request.
+func recordOf(ctx context.Context) *callRecord {
+	r, _ := ctx.Value(callRecordKey{}).(*callRecord)
+	return r
+}
+
+// accessLog writes one structured line per request: what was asked (method,
+// path, the API method), by whom (tenant, identity) and how it ended (status,
+// error code). It never logs headers or bodies, which may carry credentials.
 func accessLog(m *metrics) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
+		rec := &callRecord{}
+		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), callRecordKey{}, rec))
 		c.Next()
 		elapsed := time.Since(start)
 		route := c.FullPath()
@@ -56,9 +75,25 @@ func accessLog(m *metrics) gin.HandlerFunc {
 		if status >= 500 {
 			level = slog.LevelError
 		}
-		logger(c).Log(c.Request.Context(), level, "request",
-			"method", c.Request.Method, "path", c.Request.URL.Path, "status", status,
-			"durationMs", float64(elapsed.Microseconds())/1000, "remote", c.ClientIP())
+		code := rec.code
+		if code == "" {
+			code = c.GetString(httpx.ErrorCodeKey)
+		}
+		if code == "" {
+			code = "OK"
+		}
+		attrs := []any{"method", c.Request.Method, "path", c.Request.URL.Path, "status", status, "code", code,
+			"durationMs", float64(elapsed.Microseconds()) / 1000, "remote", c.ClientIP()}
+		if rec.method != "" {
+			attrs = append(attrs, "apiMethod", rec.method)
+		}
+		if rec.tenant != "" {
+			attrs = append(attrs, "tenantId", rec.tenant)
+		}
+		if rec.identity != "" {
+			attrs = append(attrs, "identityId", rec.identity)
+		}
+		logger(c).Log(c.Request.Context(), level, "request", attrs...)
 	}
 }
 

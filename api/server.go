@@ -114,7 +114,7 @@ func New(deps Deps) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{
 		deps: deps, store: deps.Store, iam: deps.IAM, catalog: deps.Catalog,
-		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(deps.Metrics),
+		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(deps.Metrics, deps.Store),
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/better-compute/better-compute/core"
 )
@@ -94,6 +95,8 @@ type CachingPort struct {
 	sessionDroppedAt  map[string]uint64
 	inflight          map[uint64]int // start epoch -> calls to inner in flight
 	pruneAt           int
+
+	latency *prometheus.HistogramVec // the answers' latency (metrics.go)
 }
 
 var _ Port = (*CachingPort)(nil)
@@ -124,6 +127,7 @@ func NewCachingPort(inner Port, opts CacheOptions) *CachingPort {
 		dec:      newLRU[decisionKey, decisionEntry](opts.MaxDecisions, opts.DecisionTTL),
 		inflight: make(map[uint64]int),
 		pruneAt:  minPruneAt,
+		latency:  newPortLatency(),
 	}
 }
 
@@ -175,6 +179,7 @@ func authKey(c Credential) [sha256.Size]byte {
 // Authenticate answers from the cache when it can. A cached Caller is a copy
 // whose SourceIP is this credential's. Only successes are cached.
 func (p *CachingPort) Authenticate(ctx context.Context, cred Credential) (*Caller, error) {
+	defer p.observe(opAuthenticate, time.Now())
 	if !cred.Present() {
 		return p.inner.Authenticate(ctx, cred)
 	}
@@ -267,6 +272,7 @@ func decisionKeyOf(r *Request) (decisionKey, bool) {
 // Authorize answers a read's decision, from the cache when an allow is held.
 // Only allows are stored.
 func (p *CachingPort) Authorize(ctx context.Context, req Request) (Decision, error) {
+	defer p.observe(opAuthorize, time.Now())
 	key, cacheable := decisionKeyOf(&req)
 	if !cacheable || p.authOnly {
 		return p.inner.Authorize(ctx, req)
@@ -297,6 +303,7 @@ func (p *CachingPort) Authorize(ctx context.Context, req Request) (Decision, err
 
 // Require is a mutation's decision: never cached.
 func (p *CachingPort) Require(ctx context.Context, req Request) error {
+	defer p.observe(opRequire, time.Now())
 	return p.inner.Require(ctx, req)
 }
 
@@ -305,6 +312,7 @@ func (p *CachingPort) Require(ctx context.Context, req Request) error {
 // takes any number of requests. New allows are stored only when every batch
 // succeeded.
 func (p *CachingPort) AuthorizeMany(ctx context.Context, reqs []Request) ([]Decision, error) {
+	defer p.observe(opAuthorizeMany, time.Now())
 	if p.authOnly {
 		return p.inner.AuthorizeMany(ctx, reqs)
 	}

@@ -19,12 +19,18 @@ import (
 // Deps are what the control-plane activities need.
 type Deps struct {
 	Store *store.Store
+	// Metrics, when set, counts workflow and activity failures.
+	Metrics *Metrics
 }
 
 // NewControlPlane builds the worker of the control-plane task queue with
 // every workflow and activity that runs there. Start it with Run or Start.
 func NewControlPlane(c client.Client, deps Deps) worker.Worker {
-	w := worker.New(c, ControlPlaneQueue, worker.Options{})
+	opts := worker.Options{}
+	if deps.Metrics != nil {
+		opts.Interceptors = append(opts.Interceptors, deps.Metrics.Interceptor())
+	}
+	w := worker.New(c, ControlPlaneQueue, opts)
 	registerControlPlane(w, c, deps)
 	return w
 }

@@ -17,14 +17,25 @@ import (
 // MaxBody bounds a request's JSON body.
 const MaxBody = 1 << 20
 
-// LoggerKey is the gin context key of the request's logger (set by the
-// API's request-id middleware).
-const LoggerKey = "bc.logger"
+// Gin context keys the API's middleware sets and WriteError and the access
+// log read.
+const (
+	// LoggerKey is the request's logger (set by the request-id middleware).
+	LoggerKey = "bc.logger"
+	// RequestIDKey is the request's id (X-Request-Id, read or made).
+	RequestIDKey = "bc.requestId"
+	// ErrorCodeKey is the contract code WriteError answered with, so the
+	// access log names it without reading the body.
+	ErrorCodeKey = "bc.errorCode"
+)
 
 // ErrorBody is the one error shape of the API:
-// {"error":{"code":"INVALID_INPUT","message":"…","details":{…}}}.
+// {"error":{"code":"INVALID_INPUT","message":"…","details":{…}},"requestId":"req_…"}.
+// The request id is the X-Request-Id the answer also carries, so a caller
+// who kept only the body can still quote it to an operator.
 type ErrorBody struct {
-	Error *core.Error `json:"error"`
+	Error     *core.Error `json:"error"`
+	RequestID string      `json:"requestId,omitempty"`
 }
 
 // Logger is the request's logger, or the default one.
@@ -42,7 +53,8 @@ func WriteError(c *gin.Context, err error) {
 	if e.Code == core.CodeInternal {
 		Logger(c).Error("internal error", "error", err.Error())
 	}
-	c.AbortWithStatusJSON(e.Code.HTTPStatus(), ErrorBody{Error: e})
+	c.Set(ErrorCodeKey, string(e.Code))
+	c.AbortWithStatusJSON(e.Code.HTTPStatus(), ErrorBody{Error: e, RequestID: c.GetString(RequestIDKey)})
 }
 
 // ReadBody reads the request's body, at most MaxBody bytes.

@@ -121,6 +121,7 @@ func serveCmd() *cobra.Command {
 
 func workerCmd() *cobra.Command {
 	var cfg config
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run the control-plane Temporal worker against an existing PostgreSQL and Temporal",
@@ -131,7 +132,12 @@ func workerCmd() *cobra.Command {
 				return err
 			}
 			defer b.close()
-			w := workers.NewControlPlane(b.temporal, workers.Deps{Store: b.store})
+			metrics, stopMetrics, err := workerMetrics(cmd.Context(), metricsAddr, b.logger)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
+			w := workers.NewControlPlane(b.temporal, workers.Deps{Store: b.store, Metrics: metrics})
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
@@ -146,5 +152,6 @@ func workerCmd() *cobra.Command {
 		},
 	}
 	cfg.bind(cmd.Flags(), false)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-listen", "", "serve the worker's Prometheus /metrics on this address (host:port; empty: none)")
 	return cmd
 }

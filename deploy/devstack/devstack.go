@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -200,8 +201,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.client, err = workers.Dial(ctx, workers.TemporalConfig{Address: s.temporal.FrontendAddr(), Namespace: Namespace}, log.With("component", "temporal-client")); err != nil {
 		return s, err
 	}
+	// One registry for the API and the worker: /metrics shows both.
+	metrics := prometheus.NewRegistry()
 	if !o.NoWorker {
-		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store})
+		wm, err := workers.NewMetrics(metrics)
+		if err != nil {
+			return s, err
+		}
+		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store, Metrics: wm})
 		if err = s.worker.Start(); err != nil {
 			return s, fmt.Errorf("worker: %w", err)
 		}
@@ -223,7 +230,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		Store: s.store, Temporal: s.client, TaskQueue: workers.ControlPlaneQueue, Logger: log,
 		NodeCA: ca, AgentEndpoint: s.agentURL,
 		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
-		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace,
+		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace, Metrics: metrics,
 	}); err != nil {
 		agentLn.Close()
 		return s, err

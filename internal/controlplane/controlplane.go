@@ -61,6 +61,9 @@ type Config struct {
 	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
 	// one year).
 	ReservationMaxAhead time.Duration
+	// Metrics, when set, is the registry /metrics serves, so a worker in the
+	// same process (the dev stack's) can add its series; a new one when nil.
+	Metrics *prometheus.Registry
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -149,7 +152,11 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if admin != nil {
 		adminHandler = iam.AdminHandler(admin, caching.Port())
 	}
-	metrics := prometheus.NewRegistry()
+	metrics := cfg.Metrics
+	if metrics == nil {
+		metrics = prometheus.NewRegistry()
+	}
+	metrics.MustRegister(caching.Collector())
 	gateway, err := agentgateway.New(agentgateway.Deps{
 		Store: cfg.Store, Catalog: catalog, RootTenant: cfg.RootTenant,
 		NodeCA: cfg.NodeCA, AgentEndpoint: cfg.AgentEndpoint,
