@@ -35,10 +35,11 @@ type chartMeta struct {
 
 // manifest is one rendered document.
 type manifest struct {
-	source string
-	kind   string
-	name   string
-	raw    []byte
+	source     string
+	apiVersion string
+	kind       string
+	name       string
+	raw        []byte
 }
 
 func chartDir() string { return filepath.Join(repoRoot(), "deploy", "helm", "better-compute") }
@@ -152,8 +153,9 @@ func render(meta chartMeta, values map[string]any) ([]manifest, error) {
 		text := strings.ReplaceAll(buf.String(), "<no value>", "")
 		for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(text, -1) {
 			var head struct {
-				Kind     string `json:"kind"`
-				Metadata struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Metadata   struct {
 					Name string `json:"name"`
 				} `json:"metadata"`
 			}
@@ -163,7 +165,7 @@ func render(meta chartMeta, values map[string]any) ([]manifest, error) {
 			if strings.TrimSpace(yamlWithoutComments(doc)) == "" {
 				continue
 			}
-			out = append(out, manifest{source: name, kind: head.Kind, name: head.Metadata.Name, raw: []byte(doc)})
+			out = append(out, manifest{source: name, apiVersion: head.APIVersion, kind: head.Kind, name: head.Metadata.Name, raw: []byte(doc)})
 		}
 	}
 	return out, nil
@@ -218,6 +220,12 @@ var chartScenarios = []struct {
 	},
 }
 
+// apiVersions are the kinds the chart may render and their API groups.
+var apiVersions = map[string]string{
+	"Deployment": "apps/v1", "Job": "batch/v1", "Service": "v1", "ServiceAccount": "v1",
+	"NetworkPolicy": "networking.k8s.io/v1",
+}
+
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 func TestHelmChart(t *testing.T) {
@@ -247,6 +255,9 @@ func TestHelmChart(t *testing.T) {
 			var services []corev1.Service
 			for _, d := range docs {
 				have = append(have, d.kind+"/"+d.name)
+				if want, ok := apiVersions[d.kind]; !ok || d.apiVersion != want {
+					t.Errorf("%s: %s %s has apiVersion %q, want %q", d.source, d.kind, d.name, d.apiVersion, want)
+				}
 				if !dnsLabel.MatchString(d.name) {
 					t.Errorf("%s: %s %q is not a DNS label", d.source, d.kind, d.name)
 				}
