@@ -258,6 +258,10 @@ func TestHelmChart(t *testing.T) {
 				if want, ok := apiVersions[d.kind]; !ok || d.apiVersion != want {
 					t.Errorf("%s: %s %s has apiVersion %q, want %q", d.source, d.kind, d.name, d.apiVersion, want)
 				}
+				// A line of blanks is an empty include left under its key.
+				if blank := regexp.MustCompile(`(?m)^[ \t]+$`); blank.Match(d.raw) {
+					t.Errorf("%s: %s %s has a line of blanks (an empty list?)", d.source, d.kind, d.name)
+				}
 				if !dnsLabel.MatchString(d.name) {
 					t.Errorf("%s: %s %q is not a DNS label", d.source, d.kind, d.name)
 				}

@@ -56,7 +56,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "bc.temporalVolumeMounts" -}}
-{{- if .Values.temporal.tls.existingSecret }}
+{{- if .Values.temporal.tls.existingSecret -}}
 - name: temporal-tls
   mountPath: /etc/better-compute/temporal
   readOnly: true
@@ -64,10 +64,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "bc.temporalVolumes" -}}
-{{- if .Values.temporal.tls.existingSecret }}
+{{- if .Values.temporal.tls.existingSecret -}}
 - name: temporal-tls
   secret:
     secretName: {{ .Values.temporal.tls.existingSecret }}
+    defaultMode: 0440
 {{- end }}
 {{- end -}}
 
