@@ -163,7 +163,7 @@ func TestSystemdUnits(t *testing.T) {
 		t.Errorf("serve does not wait for the migrations: Requires=%q After=%q", serve.get("Unit", "Requires"), serve.get("Unit", "After"))
 	}
 	node := readUnit(t, filepath.Join(dir, "bcd-node.service"))
-	if !slices.Contains(node.list("Unit", "After"), "bcd-node-join.service") {
+	if !slices.Contains(node.list("Unit", "After"), "bcd-node-join.service") || !slices.Contains(node.list("Unit", "Requires"), "bcd-node-join.service") {
 		t.Errorf("bcd node run does not come after bcd node join")
 	}
 }
