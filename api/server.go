@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -87,7 +88,8 @@ type Server struct {
 	handlers   map[string]*rpc.Handler
 	engine     *gin.Engine
 	metrics    *metrics
-	admissions singleflight.Group // admissions in flight, by caller session and key (admission.go)
+	admissions singleflight.Group     // admissions in flight, by caller session and key (admission.go)
+	openapi    func() ([]byte, error) // the OpenAPI document, built once on first use
 }
 
 // maxBody bounds a call's JSON input.
@@ -128,6 +130,7 @@ func New(deps Deps) (*Server, error) {
 	if _, err := core.CheckRegistry(deps.Catalog, s.registry); err != nil {
 		return nil, err
 	}
+	s.openapi = sync.OnceValues(func() ([]byte, error) { return openAPIJSON(s.registry, descriptors) })
 	e := s.engine
 	e.ContextWithFallback = true
 	e.HandleMethodNotAllowed = true
@@ -138,6 +141,7 @@ func New(deps Deps) (*Server, error) {
 	})
 	e.POST("/api/compute/:group/:method", s.handleCall)
 	e.GET("/healthz", s.handleHealth)
+	e.GET(OpenAPIPath, s.handleOpenAPI)
 	if deps.Routes != nil {
 		deps.Routes.Mount(e)
 	}

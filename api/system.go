@@ -34,11 +34,23 @@ func (s *Server) systemMethods() []rpc.Descriptor {
 // VersionOutput is system.version's answer.
 type VersionOutput struct {
 	buildinfo.Info
-	API string `json:"api"`
+	API     string       `json:"api"`
+	Methods MethodCounts `json:"methods"`
+}
+
+// MethodCounts are how many methods of the method table this server
+// serves, and how many are planned (answered UNSUPPORTED).
+type MethodCounts struct {
+	Served  int `json:"served"`
+	Planned int `json:"planned"`
 }
 
 func (s *Server) systemVersion(context.Context, *Call, rpc.NoInput) (VersionOutput, error) {
-	return VersionOutput{Info: buildinfo.Get(), API: APIVersion}, nil
+	counts := MethodCounts{Served: len(s.handlers)}
+	if s.registry != nil {
+		counts.Planned = s.registry.Len() - counts.Served
+	}
+	return VersionOutput{Info: buildinfo.Get(), API: APIVersion, Methods: counts}, nil
 }
 
 // WhoamiOutput is system.whoami's answer: who the credential belongs to, or

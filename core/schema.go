@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/invopop/jsonschema"
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
@@ -28,6 +29,10 @@ import (
 //	id:"pool"      an id of that prefix: ^pool_[0-9a-hjkmnp-tv-z]{26,52}$, at most 57 characters
 //	id:"tenant"    a tenant id (also the grammar of idempotency keys)
 //	maxBytes:"N"   the value's compact JSON is at most N bytes (free-form objects)
+//	unit:"epoch-ms" an instant in epoch milliseconds (UTC); unit:"s" a duration in seconds;
+//	               unit:"ms" a duration in milliseconds. The unit becomes the field's description
+//	               (unless it has one) and x-unit; a seconds field out of range gets a hint.
+//	               Integer fields named *At, *Seconds and *Ms take those units without a tag.
 
 // FieldType is the JSON type of an input field.
 type FieldType string
@@ -65,9 +70,53 @@ type Schema struct {
 // maxSafeInteger bounds integers: JSON numbers beyond it lose precision.
 const maxSafeInteger = 1 << 53
 
-// maxBytesKeyword is the one keyword of ours: JSON Schema cannot bound a
+// maxBytesKeyword is a keyword of ours: JSON Schema cannot bound a
 // free-form object's size.
 const maxBytesKeyword = "x-maxBytes"
+
+// unitKeyword names a number's unit (an annotation: validators ignore it),
+// so documents and hints say what a bare integer means.
+const unitKeyword = "x-unit"
+
+// The units a field may carry.
+const (
+	UnitEpochMs = "epoch-ms" // an instant, milliseconds since 1970-01-01T00:00:00Z
+	UnitSeconds = "s"        // a duration in seconds
+	UnitMs      = "ms"       // a duration in milliseconds
+)
+
+// unitDescriptions say each unit in words.
+var unitDescriptions = map[string]string{
+	UnitEpochMs: "An instant in epoch milliseconds (UTC), e.g. 1767225600000 for 2026-01-01T00:00:00Z.",
+	UnitSeconds: "A duration in seconds, e.g. 3600 for one hour.",
+	UnitMs:      "A duration in milliseconds.",
+}
+
+// unitOf is a field's unit: its unit tag, else what its name says.
+func unitOf(f reflect.StructField, name string) (string, error) {
+	if u := f.Tag.Get("unit"); u != "" {
+		if _, ok := unitDescriptions[u]; !ok {
+			return "", fmt.Errorf("schema: %s: unit %q is not one of epoch-ms, s, ms", f.Name, u)
+		}
+		return u, nil
+	}
+	t := f.Type
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if k := t.Kind(); k < reflect.Int || k > reflect.Uint64 {
+		return "", nil
+	}
+	switch {
+	case strings.HasSuffix(name, "At"):
+		return UnitEpochMs, nil
+	case strings.HasSuffix(name, "Seconds"):
+		return UnitSeconds, nil
+	case strings.HasSuffix(name, "Ms"):
+		return UnitMs, nil
+	}
+	return "", nil
+}
 
 // NewSchema builds the schema of an object with these fields; a bad pattern,
 // type or repeated field is an error.
@@ -156,6 +205,38 @@ func SchemaFor(t reflect.Type) (*Schema, error) {
 	return compileSchema(doc, order)
 }
 
+// OutputSchemaFor describes the answer of type t as a JSON Schema (draft
+// 2020-12) document, with the reflector and tags of the input schemas: a
+// field without omitempty is always present, other fields are allowed (an
+// answer may grow), and a type that marshals itself is any JSON value.
+func OutputSchemaFor(t reflect.Type) (map[string]any, error) {
+	marshaler := reflect.TypeFor[json.Marshaler]()
+	r := &jsonschema.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true, AllowAdditionalProperties: true,
+		Mapper: func(t reflect.Type) *jsonschema.Schema {
+			if t == reflect.TypeFor[time.Time]() {
+				return nil
+			}
+			if t == reflect.TypeFor[json.RawMessage]() || t.Implements(marshaler) || reflect.PointerTo(t).Implements(marshaler) {
+				return &jsonschema.Schema{Description: "Any JSON value."}
+			}
+			return nil
+		}}
+	s := r.ReflectFromType(t)
+	s.Version = ""
+	if err := applyTags(t, s); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("output schema of %s: %w", t, err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("output schema of %s: %w", t, err)
+	}
+	return doc, nil
+}
+
 // Enumerated is a string type whose values are a closed set: a field of it
 // takes those values only, so the set is written once, next to its type.
 type Enumerated interface{ Enum() []string }
@@ -221,6 +302,19 @@ func applyTags(t reflect.Type, s *jsonschema.Schema) error {
 				p.Extras = map[string]any{}
 			}
 			p.Extras[maxBytesKeyword] = v
+		}
+		unit, err := unitOf(f, name)
+		if err != nil {
+			return err
+		}
+		if unit != "" {
+			if p.Extras == nil {
+				p.Extras = map[string]any{}
+			}
+			p.Extras[unitKeyword] = unit
+			if p.Description == "" {
+				p.Description = unitDescriptions[unit]
+			}
 		}
 		ft := f.Type
 		for ft.Kind() == reflect.Pointer {
@@ -420,7 +514,56 @@ func (s *Schema) Validate(input json.RawMessage) *Error {
 	}
 	slices.SortStableFunc(leaves, func(a, b failure) int { return s.rank(a) - s.rank(b) })
 	f := leaves[0]
-	return invalidField(strings.Join(f.path, "."), f.reason, f.message)
+	e := invalidField(strings.Join(f.path, "."), f.reason, f.message)
+	if hint := s.unitHint(f, v); hint != "" {
+		e = e.WithDetails(map[string]any{"hint": hint})
+	}
+	return e
+}
+
+// unitHint explains a seconds field out of range whose value, read as
+// milliseconds, would fit: the usual mistake of sending 3600000 for an hour.
+func (s *Schema) unitHint(f failure, input any) string {
+	if f.reason != "range" || len(f.path) == 0 {
+		return ""
+	}
+	p, value := s.doc, input
+	for _, name := range f.path {
+		props, _ := p["properties"].(map[string]any)
+		p, _ = props[name].(map[string]any)
+		obj, _ := value.(map[string]any)
+		value = obj[name]
+		if p == nil {
+			return ""
+		}
+	}
+	n, ok := value.(json.Number)
+	if !ok || p[unitKeyword] != UnitSeconds {
+		return ""
+	}
+	v, err := n.Int64()
+	if err != nil || v <= 0 {
+		return ""
+	}
+	if maxV, ok := p["maximum"]; ok && float64(v) > num(maxV) && float64(v/1000) <= num(maxV) && v/1000 > 0 {
+		field := f.path[len(f.path)-1]
+		return fmt.Sprintf("%s is seconds, not milliseconds; did you mean %d?", field, v/1000)
+	}
+	return ""
+}
+
+// num reads a schema's number however the document holds it.
+func num(v any) float64 {
+	switch n := v.(type) {
+	case float64:
+		return n
+	case int:
+		return float64(n)
+	case json.Number:
+		f, _ := n.Float64()
+		return f
+	}
+	return 0
 }
 
 // failure is one leaf of the validator's error tree.

@@ -143,3 +143,34 @@ func TestEnumeratedTypes(t *testing.T) {
 		}
 	}
 }
+
+// A seconds field sent in milliseconds is out of range with a hint that
+// names the unit and the value meant; epoch-ms and *Seconds fields carry
+// their unit in the schema.
+func TestUnitHint(t *testing.T) {
+	type in struct {
+		Start        *int64 `json:"start,omitempty" unit:"epoch-ms"`
+		Duration     int64  `json:"duration" jsonschema:"required,minimum=1,maximum=31622400" unit:"s"`
+		LeaseSeconds *int64 `json:"leaseSeconds,omitempty" jsonschema:"minimum=1"`
+	}
+	s, err := SchemaFor(reflect.TypeFor[in]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := s.Document()["properties"].(map[string]any)
+	for field, unit := range map[string]string{"start": UnitEpochMs, "duration": UnitSeconds, "leaseSeconds": UnitSeconds} {
+		p := props[field].(map[string]any)
+		if p["x-unit"] != unit || p["description"] == nil {
+			t.Errorf("%s: x-unit %v description %v, want %s and a description", field, p["x-unit"], p["description"], unit)
+		}
+	}
+	// A week in milliseconds is past the 366 days' maximum.
+	e := s.Validate([]byte(`{"duration":604800000}`))
+	if e == nil || e.Details["field"] != "duration" || e.Details["reason"] != "range" ||
+		e.Details["hint"] != "duration is seconds, not milliseconds; did you mean 604800?" {
+		t.Fatalf("duration 604800000: %v, want INVALID_INPUT range with a hint", e)
+	}
+	if e := s.Validate([]byte(`{"duration":0}`)); e == nil || e.Details["hint"] != nil {
+		t.Fatalf("duration 0: %v, want a range error without a hint", e)
+	}
+}

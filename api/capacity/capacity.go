@@ -44,8 +44,8 @@ type PoolInput struct {
 type TimelineInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID   string `json:"poolId" jsonschema:"required" id:"pool"`
-	From     int64  `json:"from" jsonschema:"required,minimum=0"`
-	To       int64  `json:"to" jsonschema:"required"`
+	From     int64  `json:"from" jsonschema:"required,minimum=0" unit:"epoch-ms"`
+	To       int64  `json:"to" jsonschema:"required" unit:"epoch-ms"`
 	Buckets  int    `json:"buckets,omitempty" jsonschema:"minimum=1,maximum=500"`
 }
 
@@ -57,8 +57,8 @@ type PreviewInput struct {
 	TenantID string            `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID   string            `json:"poolId" jsonschema:"required" id:"pool"`
 	Devices  placement.Request `json:"devices" jsonschema:"required" maxBytes:"4096"`
-	Start    *int64            `json:"start,omitempty" jsonschema:"minimum=0,maximum=253402300799999"`
-	Duration int64             `json:"duration" jsonschema:"required,minimum=1,maximum=31622400"`
+	Start    *int64            `json:"start,omitempty" jsonschema:"minimum=0,maximum=253402300799999" unit:"epoch-ms"`
+	Duration int64             `json:"duration" jsonschema:"required,minimum=1,maximum=31622400" unit:"s"`
 }
 
 // The methods.

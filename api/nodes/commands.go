@@ -35,8 +35,8 @@ type RunCommandInput struct {
 	NodeID         string               `json:"nodeId" jsonschema:"required" id:"node"`
 	Kind           protocol.CommandKind `json:"kind" jsonschema:"required"`
 	Args           json.RawMessage      `json:"args,omitempty" jsonschema:"type=object" maxBytes:"65536"`
-	NotBefore      *int64               `json:"notBefore,omitempty" jsonschema:"minimum=0"`
-	NotAfter       *int64               `json:"notAfter,omitempty" jsonschema:"minimum=0"`
+	NotBefore      *int64               `json:"notBefore,omitempty" jsonschema:"minimum=0" unit:"epoch-ms"`
+	NotAfter       *int64               `json:"notAfter,omitempty" jsonschema:"minimum=0" unit:"epoch-ms"`
 	MinGeneration  *int64               `json:"minGeneration,omitempty" jsonschema:"minimum=0"`
 	IdempotencyKey string               `json:"idempotencyKey,omitempty" id:"tenant"`
 }

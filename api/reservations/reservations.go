@@ -46,8 +46,8 @@ type CreateInput struct {
 	IdempotencyKey string            `json:"idempotencyKey" jsonschema:"required" id:"tenant"`
 	PoolID         string            `json:"poolId" jsonschema:"required" id:"pool"`
 	Devices        placement.Request `json:"devices" jsonschema:"required" maxBytes:"4096"`
-	Start          *int64            `json:"start,omitempty" jsonschema:"minimum=0,maximum=253402300799999"`
-	Duration       int64             `json:"duration" jsonschema:"required,minimum=1,maximum=31622400"`
+	Start          *int64            `json:"start,omitempty" jsonschema:"minimum=0,maximum=253402300799999" unit:"epoch-ms"`
+	Duration       int64             `json:"duration" jsonschema:"required,minimum=1,maximum=31622400" unit:"s"`
 	Binding        string            `json:"binding,omitempty" jsonschema:"enum=hold,enum=instance,enum=node"`
 	LeaseSeconds   *int64            `json:"leaseSeconds,omitempty" jsonschema:"minimum=1"`
 	ProjectID      string            `json:"projectId,omitempty" id:"prj"`
@@ -76,7 +76,7 @@ type ListInput struct {
 type ExtendInput struct {
 	TenantID      string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	ReservationID string `json:"reservationId" jsonschema:"required" id:"rsv"`
-	Duration      int64  `json:"duration" jsonschema:"required,minimum=1,maximum=31622400"`
+	Duration      int64  `json:"duration" jsonschema:"required,minimum=1,maximum=31622400" unit:"s"`
 }
 
 // The methods.

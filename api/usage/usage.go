@@ -21,8 +21,8 @@ type Report = domain.Report
 // GroupBy defaults to "tenant". With a project, the call is decided on it.
 type ListInput struct {
 	TenantID  string `json:"tenantId" jsonschema:"required" id:"tenant"`
-	From      int64  `json:"from" jsonschema:"required,minimum=0,maximum=9007199254740992"`
-	To        int64  `json:"to" jsonschema:"required"`
+	From      int64  `json:"from" jsonschema:"required,minimum=0,maximum=9007199254740992" unit:"epoch-ms"`
+	To        int64  `json:"to" jsonschema:"required" unit:"epoch-ms"`
 	ProjectID string `json:"projectId,omitempty" id:"prj"`
 	GroupBy   string `json:"groupBy,omitempty" jsonschema:"enum=tenant,enum=project,enum=reservation"`
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -41,8 +42,8 @@ type Reservation struct {
 	ProjectID       string            `json:"projectId,omitempty"`
 	State           string            `json:"state"`
 	Devices         placement.Request `json:"devices"`
-	Start           int64             `json:"start"` // epoch ms
-	End             int64             `json:"end"`   // epoch ms, exclusive
+	Start           int64             `json:"start" unit:"epoch-ms"`
+	End             int64             `json:"end" unit:"epoch-ms"` // exclusive
 	Binding         string            `json:"binding"`
 	LeaseSeconds    *int64            `json:"leaseSeconds,omitempty"`
 	// LeaseExpiresAt is when the allocation lease lapses unless renewed
@@ -222,6 +223,19 @@ const (
 	DefaultMaxAhead = 365 * 24 * time.Hour
 )
 
+// secondsHint explains a start sent in epoch seconds: below 10^11 (a date
+// in 1973 in milliseconds, but a plausible epoch-seconds value) and, read
+// as seconds, inside the window.
+func secondsHint(start, earliest, latest int64) string {
+	if start <= 0 || start >= 1e11 {
+		return ""
+	}
+	if ms := start * 1000; ms >= earliest && ms <= latest {
+		return fmt.Sprintf("start is epoch milliseconds; did you mean %d?", ms)
+	}
+	return "start is epoch milliseconds, not seconds"
+}
+
 // checkStart refuses a start before now - StartTolerance or after now +
 // maxAhead (INVALID_INPUT naming start), now being the transaction's.
 func checkStart(ctx context.Context, tx store.Tx, start *int64, maxAhead time.Duration) error {
@@ -238,9 +252,12 @@ func checkStart(ctx context.Context, tx store.Tx, start *int64, maxAhead time.Du
 	earliest, latest := now.Add(-StartTolerance).UnixMilli(), now.Add(maxAhead).UnixMilli()
 	switch {
 	case *start < earliest:
+		details := map[string]any{"field": "start", "reason": "past", "minimum": earliest}
+		if hint := secondsHint(*start, earliest, latest); hint != "" {
+			details["hint"] = hint
+		}
 		return core.Errorf(core.CodeInvalidInput, "start %d is in the past (now is %d; %s of clock skew is tolerated)",
-			*start, now.UnixMilli(), StartTolerance).
-			WithDetails(map[string]any{"field": "start", "reason": "past", "minimum": earliest})
+			*start, now.UnixMilli(), StartTolerance).WithDetails(details)
 	case *start > latest:
 		return core.Errorf(core.CodeInvalidInput, "start %d is more than %s ahead (now is %d)", *start, maxAhead, now.UnixMilli()).
 			WithDetails(map[string]any{"field": "start", "reason": "tooFarAhead", "maximum": latest})
