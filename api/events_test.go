@@ -140,8 +140,9 @@ func TestEventsListInvalidInput(t *testing.T) {
 		`{"tenantId":"acme","limit":0}`:    "limit",
 		`{"tenantId":"acme","limit":501}`:  "limit",
 		`{"tenantId":"acme","limit":"5"}`:  "limit",
-		`{"tenantId":"acme","after":-1}`:   "after",
-		`{"tenantId":"acme","after":1.5}`:  "after",
+		`{"tenantId":"acme","cursor":""}`:  "cursor",
+		`{"tenantId":"acme","cursor":"%"}`: "cursor",
+		`{"tenantId":"acme","after":1}`:    "after", // the seq cursor gave way to cursor
 		`{"tenantId":"acme","types":"a"}`:  "types",
 		`{"tenantId":"acme","types":[1]}`:  "types.0",
 		`{"tenantId":"acme","types":[""]}`: "types.0",

@@ -181,7 +181,7 @@ func TestNodesIngestAndRead(t *testing.T) {
 	if _, err := nodes.GetInventory.Call(ctx, c, nodes.InventoryInput{TenantID: "acme", NodeID: n.ID, Seq: new(int64(9))}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("inventory.get seq 9 = %v, want NOT_FOUND", err)
 	}
-	// inventory.history: newest first, limited, paged by beforeSeq.
+	// inventory.history: newest first, limited, paged by cursor.
 	h, err := nodes.GetInventoryHistory.Call(ctx, c, nodes.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || len(h.Items) != 3 || h.Items[0].Seq != 3 || h.Items[2].Seq != 1 || h.Items[0].Digest != h.Items[2].Digest {
 		t.Fatalf("history = %+v, %v", h, err)
@@ -478,7 +478,8 @@ func TestNodesInvalidInput(t *testing.T) {
 	})
 	e.wantInvalid(e.boot.UserToken, "inventory.history", map[string]string{
 		`{"tenantId":"acme","nodeId":"` + n.ID + `","limit":1000}`:  "limit",
-		`{"tenantId":"acme","nodeId":"` + n.ID + `","beforeSeq":0}`: "beforeSeq",
+		`{"tenantId":"acme","nodeId":"` + n.ID + `","beforeSeq":2}`: "beforeSeq", // paged by cursor now
+		`{"tenantId":"acme","nodeId":"` + n.ID + `","cursor":"x"}`:  "cursor",
 	})
 	e.wantInvalid(e.boot.UserToken, "inventory.get", map[string]string{`{"tenantId":"acme","nodeId":"` + n.ID + `","seq":-1}`: "seq"})
 	e.wantInvalid(e.boot.UserToken, "inventory.diff", map[string]string{

@@ -59,6 +59,29 @@ func isList(info rpc.Info, h *rpc.Handler) bool {
 	return false
 }
 
+// specFixedLists keep the input and the cap the spec gives them (planned
+// today): they do not page, and answer truncated when the cap cut them.
+var specFixedLists = map[string]bool{
+	"cloudResources.list": true, "cloudResources.signals": true, "cloudResources.discover": true, "cloudResources.catalog": true,
+}
+
+// answers reports whether the method's answer has the JSON field name.
+func answers(info rpc.Info, name string) bool {
+	out := info.Output
+	for out.Kind() == reflect.Pointer {
+		out = out.Elem()
+	}
+	if out.Kind() != reflect.Struct {
+		return false
+	}
+	for _, f := range reflect.VisibleFields(out) {
+		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n == name {
+			return true
+		}
+	}
+	return false
+}
+
 // pages embeds rpc.ListInput and answers nextCursor.
 func pages(info rpc.Info) error {
 	embeds := false
@@ -70,12 +93,10 @@ func pages(info rpc.Info) error {
 	if !embeds {
 		return fmt.Errorf("its input %s does not embed rpc.ListInput", info.Input)
 	}
-	for _, f := range reflect.VisibleFields(info.Output) {
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name == "nextCursor" {
-			return nil
-		}
+	if !answers(info, "nextCursor") {
+		return fmt.Errorf("its answer %s has no nextCursor", info.Output)
 	}
-	return fmt.Errorf("its answer %s has no nextCursor", info.Output)
+	return nil
 }
 
 // clone copies the one row of table that where selects once for each g in
@@ -272,6 +293,12 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			listed = append(listed, info.Name)
 			t.Run(info.Name, func(t *testing.T) {
+				if specFixedLists[info.Name] {
+					if !answers(info, "truncated") {
+						t.Fatalf("%s keeps the spec's input and cap, so its answer must say truncated when the cap cut it", info.Name)
+					}
+					return
+				}
 				if err := pages(info); err != nil {
 					t.Fatalf("%s does not page: %v", info.Name, err)
 				}
