@@ -196,7 +196,7 @@ func TestAgentJoin(t *testing.T) {
 	// A bad CSR or name is INVALID_INPUT and spends nothing.
 	before := e.joinTokenStates("acme", p.ID)
 	uses := func() int {
-		list, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: p.ID})
+		list, err := nodes.ListJoinTokens.Call(ctx, c, nodes.ListJoinTokensInput{TenantID: "acme", PoolID: p.ID})
 		if err != nil {
 			t.Fatal(err)
 		}

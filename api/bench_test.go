@@ -81,7 +81,7 @@ func BenchmarkList500(b *testing.B) {
 					e.cache.DropDecisions()
 					b.StartTimer()
 				}
-				list, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"})
+				list, err := projects.List.Call(ctx, c, rpc.TenantListInput{TenantID: "acme"})
 				if err != nil || len(list.Items) != 500 {
 					b.Fatalf("list = %d items, %v", len(list.Items), err)
 				}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api/nodes"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -98,7 +99,7 @@ func TestCommandsRunAndRead(t *testing.T) {
 	if err != nil || len(list.Items) != 6 || list.Items[0].Seq != 6 || list.Items[5].Seq != 1 {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
-	if list, err := nodes.ListCommands.Call(ctx, c, nodes.ListCommandsInput{TenantID: "acme", NodeID: n.ID, State: "queued", Limit: new(2)}); err != nil ||
+	if list, err := nodes.ListCommands.Call(ctx, c, nodes.ListCommandsInput{TenantID: "acme", NodeID: n.ID, State: "queued", ListInput: rpc.ListInput{Limit: 2}}); err != nil ||
 		len(list.Items) != 2 || list.Items[0].Seq != 6 {
 		t.Fatalf("list queued, limit 2 = %+v, %v", list, err)
 	}

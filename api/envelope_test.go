@@ -316,7 +316,7 @@ func TestListFiltersItemsInBatchesOfFifty(t *testing.T) {
 	}
 	e.outer.reset()
 	e.inner.reset()
-	list, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"})
+	list, err := projects.List.Call(ctx, c, rpc.TenantListInput{TenantID: "acme", ListInput: rpc.ListInput{Limit: 120}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestListFiltersItemsInBatchesOfFifty(t *testing.T) {
 		t.Fatalf("%d batches reached the embedded IAM, want 3", n)
 	}
 	e.inner.reset()
-	if _, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil {
+	if _, err := projects.List.Call(ctx, c, rpc.TenantListInput{TenantID: "acme", ListInput: rpc.ListInput{Limit: 120}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.inner.batches.Load(); n != 0 {
@@ -363,7 +363,7 @@ when { resource.type == "compute-tenant" || resource.id == %q };`, keep)
 	if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: "sam-reads-open", Cedar: policy}); err != nil {
 		t.Fatal(err)
 	}
-	list, err := projects.List.Call(ctx, e.client(e.stranger), rpc.TenantInput{TenantID: "acme"})
+	list, err := projects.List.Call(ctx, e.client(e.stranger), rpc.TenantListInput{TenantID: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestProjectsLifecycle(t *testing.T) {
 	if _, err := projects.Archive.Call(ctx, c, projects.ProjectInput{TenantID: "acme", ProjectID: p.ID}); codeOf(err) != core.CodeInvalidState {
 		t.Fatalf("second archive = %v, want INVALID_STATE", err)
 	}
-	if list, err := projects.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
+	if list, err := projects.List.Call(ctx, c, rpc.TenantListInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("list after archive = %+v, %v", list, err)
 	}
 	// Every allowed mutation left its admission context, in its transaction.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/rpc"
 )
 
 // events.list's cursor counts the tenant's own events: interleaved with
@@ -22,16 +23,16 @@ func TestEventsListCursorHasNoGapsFromOtherTenants(t *testing.T) {
 		reservationEvent("acme", "rsv_a", "", "placed", "binding"),
 	)
 	for token, tenant := range map[string]string{e.boot.UserToken: "acme", e.globex: "globex"} {
-		after := int64(0)
+		cursor := ""
 		for want := int64(1); want <= 3; want++ {
-			page, err := events.List.Call(ctx, e.client(token), events.ListInput{TenantID: tenant, After: after, Limit: 1})
+			page, err := events.List.Call(ctx, e.client(token), events.ListInput{TenantID: tenant, ListInput: rpc.ListInput{Cursor: cursor, Limit: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(page.Items) != 1 || page.Items[0].Seq != want || page.Next != want {
-				t.Fatalf("%s's page after %d = %+v, want its event %d", tenant, after, page, want)
+			if len(page.Items) != 1 || page.Items[0].Seq != want || page.NextCursor == "" {
+				t.Fatalf("%s's page after %q = %+v, want its event %d", tenant, cursor, page, want)
 			}
-			after = page.Next
+			cursor = page.NextCursor
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -44,7 +45,7 @@ func TestEventsList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all.Items) != 5 || all.Next != all.Items[4].Seq {
+	if len(all.Items) != 5 || all.NextCursor == "" {
 		t.Fatalf("acme's events = %+v", all)
 	}
 	first := all.Items[0]
@@ -74,12 +75,12 @@ func TestEventsList(t *testing.T) {
 		t.Fatalf("acme's stranger listing events = %v, want ACCESS_DENIED", err)
 	}
 
-	// Paging by cursor: pages of two give the same events; an empty page
-	// keeps the cursor.
+	// Paging by cursor: pages of two give the same events; the empty page
+	// at the end has no nextCursor, and the reader keeps its own.
 	var paged []events.Event
-	after := int64(0)
+	cursor := ""
 	for range 10 {
-		page, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", After: after, Limit: 2})
+		page, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", ListInput: rpc.ListInput{Cursor: cursor, Limit: 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,13 +88,13 @@ func TestEventsList(t *testing.T) {
 			t.Fatalf("page of %d items, limit 2", len(page.Items))
 		}
 		if len(page.Items) == 0 {
-			if page.Next != after {
-				t.Fatalf("empty page's next = %d, want the cursor %d", page.Next, after)
+			if page.NextCursor != "" {
+				t.Fatalf("empty page's nextCursor = %q, want none", page.NextCursor)
 			}
 			break
 		}
 		paged = append(paged, page.Items...)
-		after = page.Next
+		cursor = page.NextCursor
 	}
 	if len(paged) != len(all.Items) {
 		t.Fatalf("paged %d events, want %d", len(paged), len(all.Items))
@@ -105,8 +106,8 @@ func TestEventsList(t *testing.T) {
 	}
 	// New events arrive after the cursor.
 	e.publishEvents(reservationEvent("acme", "rsv_b", "", "pending", "failed"))
-	if page, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", After: after}); err != nil || len(page.Items) != 1 ||
-		page.Items[0].Type != "reservation.failed" || page.Next != page.Items[0].Seq {
+	if page, err := events.List.Call(ctx, a, events.ListInput{TenantID: "acme", ListInput: rpc.ListInput{Cursor: cursor}}); err != nil || len(page.Items) != 1 ||
+		page.Items[0].Type != "reservation.failed" || page.NextCursor == "" {
 		t.Fatalf("after the cursor = %+v, %v", page, err)
 	}
 
@@ -139,8 +140,9 @@ func TestEventsListInvalidInput(t *testing.T) {
 		`{"tenantId":"acme","limit":0}`:    "limit",
 		`{"tenantId":"acme","limit":501}`:  "limit",
 		`{"tenantId":"acme","limit":"5"}`:  "limit",
-		`{"tenantId":"acme","after":-1}`:   "after",
-		`{"tenantId":"acme","after":1.5}`:  "after",
+		`{"tenantId":"acme","cursor":""}`:  "cursor",
+		`{"tenantId":"acme","cursor":"%"}`: "cursor",
+		`{"tenantId":"acme","after":1}`:    "after", // the seq cursor gave way to cursor
 		`{"tenantId":"acme","types":"a"}`:  "types",
 		`{"tenantId":"acme","types":[1]}`:  "types.0",
 		`{"tenantId":"acme","types":[""]}`: "types.0",

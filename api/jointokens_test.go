@@ -32,7 +32,7 @@ func (e *env) consumeJoinToken(token string) (nodesdomain.JoinToken, error) {
 // joinTokenStates lists the pool's tokens as id → state.
 func (e *env) joinTokenStates(tenant, poolID string) map[string]string {
 	e.t.Helper()
-	list, err := nodes.ListJoinTokens.Call(context.Background(), e.client(e.tokenOf(tenant)), nodes.PoolInput{TenantID: tenant, PoolID: poolID})
+	list, err := nodes.ListJoinTokens.Call(context.Background(), e.client(e.tokenOf(tenant)), nodes.ListJoinTokensInput{TenantID: tenant, PoolID: poolID})
 	if err != nil {
 		e.t.Fatalf("joinTokens.list: %v", err)
 	}
@@ -128,7 +128,7 @@ func TestJoinTokens(t *testing.T) {
 	if len(states) != 4 || states[one.ID] != "exhausted" || states[many.ID] != "expired" {
 		t.Fatalf("states = %v", states)
 	}
-	list, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: p.ID})
+	list, err := nodes.ListJoinTokens.Call(ctx, c, nodes.ListJoinTokensInput{TenantID: "acme", PoolID: p.ID})
 	if err != nil || list.Items[0].ID != one.ID || list.Items[0].Uses != 1 || list.Items[1].ID != many.ID {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
@@ -159,7 +159,7 @@ func TestJoinTokens(t *testing.T) {
 	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: p2.ID, TokenID: fresh.ID}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("revoke through another pool = %v, want NOT_FOUND", err)
 	}
-	if l, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: p2.ID}); err != nil || len(l.Items) != 0 {
+	if l, err := nodes.ListJoinTokens.Call(ctx, c, nodes.ListJoinTokensInput{TenantID: "acme", PoolID: p2.ID}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("another pool's list = %+v, %v", l, err)
 	}
 	// An unknown token is UNAUTHENTICATED.
@@ -181,7 +181,7 @@ func TestJoinTokensPoolState(t *testing.T) {
 	if _, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("create on a missing pool = %v, want NOT_FOUND", err)
 	}
-	if _, err := nodes.ListJoinTokens.Call(ctx, c, nodes.PoolInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
+	if _, err := nodes.ListJoinTokens.Call(ctx, c, nodes.ListJoinTokensInput{TenantID: "acme", PoolID: missing}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("list of a missing pool = %v, want NOT_FOUND", err)
 	}
 	if _, err := nodes.RevokeJoinToken.Call(ctx, c, nodes.JoinTokenInput{TenantID: "acme", PoolID: missing, TokenID: core.NewID("jt")}); codeOf(err) != core.CodeNotFound {
@@ -239,7 +239,7 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 		if _, err := nodes.CreateJoinToken.Call(ctx, g, nodes.CreateJoinTokenInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
 			t.Fatalf("%s: globex create on acme's pool = %v, want NOT_FOUND", when, err)
 		}
-		if _, err := nodes.ListJoinTokens.Call(ctx, g, nodes.PoolInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
+		if _, err := nodes.ListJoinTokens.Call(ctx, g, nodes.ListJoinTokensInput{TenantID: "globex", PoolID: p.ID}); codeOf(err) != core.CodeNotFound {
 			t.Fatalf("%s: globex list of acme's pool = %v, want NOT_FOUND", when, err)
 		}
 		if _, err := nodes.RevokeJoinToken.Call(ctx, g, nodes.JoinTokenInput{TenantID: "globex", PoolID: p.ID, TokenID: tok.ID}); codeOf(err) != core.CodeNotFound {
@@ -263,7 +263,7 @@ func TestJoinTokensAcrossTenants(t *testing.T) {
 	}
 	_, err = nodes.CreateJoinToken.Call(ctx, g, nodes.CreateJoinTokenInput{TenantID: "globex", PoolID: p.ID})
 	wantDenied("joinTokens.create", err)
-	_, err = nodes.ListJoinTokens.Call(ctx, g, nodes.PoolInput{TenantID: "globex", PoolID: p.ID})
+	_, err = nodes.ListJoinTokens.Call(ctx, g, nodes.ListJoinTokensInput{TenantID: "globex", PoolID: p.ID})
 	wantDenied("joinTokens.list", err)
 	_, err = nodes.RevokeJoinToken.Call(ctx, g, nodes.JoinTokenInput{TenantID: "globex", PoolID: p.ID, TokenID: tok.ID})
 	wantDenied("joinTokens.revoke", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/inventory"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
@@ -180,12 +181,12 @@ func TestNodesIngestAndRead(t *testing.T) {
 	if _, err := nodes.GetInventory.Call(ctx, c, nodes.InventoryInput{TenantID: "acme", NodeID: n.ID, Seq: new(int64(9))}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("inventory.get seq 9 = %v, want NOT_FOUND", err)
 	}
-	// inventory.history: newest first, limited, paged by beforeSeq.
+	// inventory.history: newest first, limited, paged by cursor.
 	h, err := nodes.GetInventoryHistory.Call(ctx, c, nodes.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID})
 	if err != nil || len(h.Items) != 3 || h.Items[0].Seq != 3 || h.Items[2].Seq != 1 || h.Items[0].Digest != h.Items[2].Digest {
 		t.Fatalf("history = %+v, %v", h, err)
 	}
-	if h, err := nodes.GetInventoryHistory.Call(ctx, c, nodes.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID, Limit: new(1), BeforeSeq: new(int64(3))}); err != nil || len(h.Items) != 1 || h.Items[0].Seq != 2 {
+	if h, err := nodes.GetInventoryHistory.Call(ctx, c, nodes.InventoryHistoryInput{TenantID: "acme", NodeID: n.ID, ListInput: rpc.ListInput{Limit: 1, Cursor: store.EncodeCursor(store.Key{Seq: 3})}}); err != nil || len(h.Items) != 1 || h.Items[0].Seq != 2 {
 		t.Fatalf("history page = %+v, %v", h, err)
 	}
 	// inventory.diff: the last two by default, or any two.
@@ -205,7 +206,7 @@ func TestNodesIngestAndRead(t *testing.T) {
 	if err != nil || len(ev.Items) < 5 || ev.Items[len(ev.Items)-1].Type != nodesdomain.EventCreated || ev.Items[0].Type != nodesdomain.EventConditionClear {
 		t.Fatalf("events = %+v, %v", ev, err)
 	}
-	if ev, err := nodes.Events.Call(ctx, c, nodes.EventsInput{TenantID: "acme", NodeID: n.ID, Limit: new(2)}); err != nil || len(ev.Items) != 2 {
+	if ev, err := nodes.Events.Call(ctx, c, nodes.EventsInput{TenantID: "acme", NodeID: n.ID, ListInput: rpc.ListInput{Limit: 2}}); err != nil || len(ev.Items) != 2 {
 		t.Fatalf("events limit 2 = %+v, %v", ev, err)
 	}
 
@@ -331,7 +332,7 @@ func TestNodesCordonLabelTaintDelete(t *testing.T) {
 	p := e.pool(e.boot.UserToken, "acme", s.ID, "h100")
 	n := e.node(schedulableNode(p.ID, "gpu-1"), fixture(t, "h100-8x-sxm.json"))
 	events := func() []string {
-		ev, err := nodes.Events.Call(ctx, c, nodes.EventsInput{TenantID: "acme", NodeID: n.ID, Limit: new(500)})
+		ev, err := nodes.Events.Call(ctx, c, nodes.EventsInput{TenantID: "acme", NodeID: n.ID, ListInput: rpc.ListInput{Limit: 500}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -477,7 +478,8 @@ func TestNodesInvalidInput(t *testing.T) {
 	})
 	e.wantInvalid(e.boot.UserToken, "inventory.history", map[string]string{
 		`{"tenantId":"acme","nodeId":"` + n.ID + `","limit":1000}`:  "limit",
-		`{"tenantId":"acme","nodeId":"` + n.ID + `","beforeSeq":0}`: "beforeSeq",
+		`{"tenantId":"acme","nodeId":"` + n.ID + `","beforeSeq":2}`: "beforeSeq", // paged by cursor now
+		`{"tenantId":"acme","nodeId":"` + n.ID + `","cursor":"x"}`:  "cursor",
 	})
 	e.wantInvalid(e.boot.UserToken, "inventory.get", map[string]string{`{"tenantId":"acme","nodeId":"` + n.ID + `","seq":-1}`: "seq"})
 	e.wantInvalid(e.boot.UserToken, "inventory.diff", map[string]string{

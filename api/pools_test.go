@@ -153,7 +153,7 @@ func TestPoolsInvalidInput(t *testing.T) {
 	})
 	pool := core.NewID("pool")
 	e.wantInvalid(e.boot.UserToken, "pools.get", map[string]string{`{"tenantId":"acme","poolId":"site_x"}`: "poolId"})
-	e.wantInvalid(e.boot.UserToken, "pools.list", map[string]string{`{"tenantId":"acme","class":"x"}`: "class", `{"tenantId":"acme","limit":1}`: "limit"})
+	e.wantInvalid(e.boot.UserToken, "pools.list", map[string]string{`{"tenantId":"acme","class":"x"}`: "class", `{"tenantId":"acme","offset":1}`: "offset", `{"tenantId":"acme","limit":0}`: "limit"})
 	e.wantInvalid(e.boot.UserToken, "pools.update", map[string]string{
 		`{"tenantId":"acme","poolId":"` + pool + `","class":"provider"}`: "class", // class never changes
 		`{"tenantId":"acme","poolId":"` + pool + `","gpuModel":"A100"}`:  "gpuModel",

@@ -38,7 +38,7 @@ func TestServedSchemas(t *testing.T) {
 		{"tenant of 128", "projects.list", `{"tenantId":"` + strings.Repeat("a", 128) + `"}`, "", ""},
 		{"tenant type", "projects.list", `{"tenantId":42}`, "tenantId", "type"},
 		{"tenant null", "projects.list", `{"tenantId":null}`, "tenantId", "type"},
-		{"unknown field", "projects.list", `{"tenantId":"acme","limit":5}`, "limit", "unknown"},
+		{"unknown field", "projects.list", `{"tenantId":"acme","offset":5}`, "offset", "unknown"},
 		{"project id pattern", "projects.get", `{"tenantId":"acme","projectId":"prj_01HZYX0000000000000000000A"}`, "projectId", "pattern"},
 		{"project id prefix", "projects.get", `{"tenantId":"acme","projectId":"pool_01hzyx0000000000000000000a"}`, "projectId", "pattern"},
 		{"project id", "projects.get", `{"tenantId":"acme","projectId":"prj_01hzyx0000000000000000000a"}`, "", ""},

@@ -61,7 +61,7 @@ func TestSitesLifecycle(t *testing.T) {
 	if _, err := sites.Get.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: core.NewID("site")}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("get of a missing site = %v, want NOT_FOUND", err)
 	}
-	if list, err := sites.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 || list.Items[0].ID != s.ID {
+	if list, err := sites.List.Call(ctx, c, rpc.TenantListInput{TenantID: "acme"}); err != nil || len(list.Items) != 1 || list.Items[0].ID != s.ID {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
 	name, region := "fra-2", "eu-west"
@@ -91,7 +91,7 @@ func TestSitesLifecycle(t *testing.T) {
 	if got, err := sites.Get.Call(ctx, c, sites.SiteInput{TenantID: "acme", SiteID: s.ID}); err != nil || got.DeletedAt == nil {
 		t.Fatalf("get of a deleted site = %+v, %v", got, err)
 	}
-	if list, err := sites.List.Call(ctx, c, rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
+	if list, err := sites.List.Call(ctx, c, rpc.TenantListInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("list after delete = %+v, %v", list, err)
 	}
 	// The name is free again.
@@ -154,7 +154,7 @@ func TestSitesCreateSharedNeedsTheFleet(t *testing.T) {
 		t.Fatalf("a shared site in acme = %v, want INVALID_INPUT", err)
 	}
 	// The platform's sites are not in a tenant's view.
-	if list, err := sites.List.Call(ctx, e.client(e.boot.UserToken), rpc.TenantInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
+	if list, err := sites.List.Call(ctx, e.client(e.boot.UserToken), rpc.TenantListInput{TenantID: "acme"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("acme's list = %+v, %v", list, err)
 	}
 }
@@ -179,7 +179,7 @@ func TestSitesAcrossTenants(t *testing.T) {
 	if _, err := sites.CreateToken.Call(ctx, g, sites.CreateTokenInput{TenantID: "globex", SiteID: s.ID, Name: ""}); codeOf(err) != core.CodeNotFound {
 		t.Fatalf("globex token = %v, want NOT_FOUND", err)
 	}
-	if list, err := sites.List.Call(ctx, g, rpc.TenantInput{TenantID: "globex"}); err != nil || len(list.Items) != 0 {
+	if list, err := sites.List.Call(ctx, g, rpc.TenantListInput{TenantID: "globex"}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("globex list = %+v, %v", list, err)
 	}
 	if _, err := api.SystemWhoami.Call(ctx, g, rpc.NoInput{}); err != nil { // warm the authentication cache

@@ -173,7 +173,7 @@ func TestUsageListInvalidInput(t *testing.T) {
 		fmt.Sprintf(`{"tenantId":"acme","from":0,"to":%d}`, 366*day+1):                       "to",
 		`{"tenantId":"acme","from":0,"to":10,"groupBy":"pool"}`:                              "groupBy",
 		`{"tenantId":"acme","from":0,"to":10,"projectId":"pool_01hzzzzzzzzzzzzzzzzzzzzzzz"}`: "projectId",
-		`{"tenantId":"acme","from":0,"to":10,"limit":5}`:                                     "limit",
+		`{"tenantId":"acme","from":0,"to":10,"offset":5}`:                                    "offset",
 	})
 	// Exactly 366 days is fine.
 	if status, body := e.call(e.boot.UserToken, "usage.list", fmt.Sprintf(`{"tenantId":"acme","from":0,"to":%d}`, 366*day)); status != 200 {

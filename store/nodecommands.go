@@ -259,14 +259,15 @@ func GetNodeCommand(ctx context.Context, tx Tx, tenantID, nodeID, id string) (No
 }
 
 // ListNodeCommands reads the commands of the tenant's node, newest (highest
-// seq) first, in state when it is not "", at most limit.
-func ListNodeCommands(ctx context.Context, tx Tx, tenantID, nodeID, state string, limit int) ([]NodeCommand, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("store: command limit %d", limit)
+// seq) first, in state when it is not "": the page's rows below its key's
+// Seq, plus one.
+func ListNodeCommands(ctx context.Context, tx Tx, tenantID, nodeID, state string, page PageQuery) ([]NodeCommand, error) {
+	if page.Limit < 1 {
+		return nil, fmt.Errorf("store: command limit %d", page.Limit)
 	}
 	return collectNodeCommands(tx.Query(ctx, `SELECT `+nodeCommandColumns+` FROM node_commands c
-		WHERE c.node_id = $1 AND c.tenant_id = $2 AND ($3 = '' OR c.state = $3)
-		ORDER BY c.seq DESC LIMIT $4`, nodeID, tenantID, state, limit))
+		WHERE c.node_id = $1 AND c.tenant_id = $2 AND ($3 = '' OR c.state = $3) AND ($5 OR c.seq < $6)
+		ORDER BY c.seq DESC LIMIT $4`, nodeID, tenantID, state, page.Fetch(), page.First(), page.AfterKey().Seq))
 }
 
 // CancelNodeCommand cancels a command of the tenant's node. A queued one is

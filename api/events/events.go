@@ -16,15 +16,13 @@ type Event = domain.Event
 // Page is events.list's answer: the events and the next page's cursor.
 type Page = domain.Page
 
-// ListInput is events.list's input; zero fields are left out. After is a
-// seq cursor; Types are exact event types (none means all); Limit defaults
-// to domain.DefaultLimit.
+// ListInput is events.list's input; zero fields are left out. Types are
+// exact event types (none means all).
 type ListInput struct {
 	TenantID   string   `json:"tenantId" jsonschema:"required" id:"tenant"`
-	After      int64    `json:"after,omitempty" jsonschema:"minimum=0,maximum=9007199254740992"`
 	Types      []string `json:"types,omitempty" jsonschema:"maxItems=32,minLength=1,maxLength=128" maxBytes:"8192"`
 	ResourceID string   `json:"resourceId,omitempty" jsonschema:"minLength=1,maxLength=200"`
-	Limit      int      `json:"limit,omitempty" jsonschema:"minimum=1,maximum=500"`
+	rpc.ListInput
 }
 
 // The methods.
@@ -37,13 +35,14 @@ func Methods(rpc.Deps) []rpc.Descriptor {
 	return []rpc.Descriptor{
 		&rpc.Method[ListInput, Page]{Name: List, Action: "compute:events:read", DecidedOn: "compute-tenant",
 			Phase: "v0.1", Kind: core.KindRead,
+			// By the tenant's own event sequence (seq), ascending.
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (Page, error) {
-				limit := in.Limit
-				if limit == 0 {
-					limit = domain.DefaultLimit
+				q, err := in.Page()
+				if err != nil {
+					return Page{}, err
 				}
-				return domain.List(ctx, tx, domain.Query{TenantID: c.TenantID, After: in.After, Types: in.Types,
-					ResourceID: in.ResourceID, Limit: limit})
+				return domain.List(ctx, tx, domain.Query{TenantID: c.TenantID, After: q.AfterKey().Seq, Types: in.Types,
+					ResourceID: in.ResourceID, Limit: q.Limit})
 			}},
 	}
 }

@@ -21,7 +21,8 @@ type (
 
 // CommandList is commands.list's answer, newest (highest seq) first.
 type CommandList struct {
-	Items []Command `json:"items"`
+	Items      []Command `json:"items"`
+	NextCursor string    `json:"nextCursor,omitempty"`
 }
 
 // RunCommandInput is commands.run's input. Args are the kind's (ExecArgs,
@@ -48,13 +49,13 @@ type CommandInput struct {
 	CommandID string `json:"commandId" jsonschema:"required" id:"cmd"`
 }
 
-// ListCommandsInput is commands.list's input: in state when given, at
-// most limit (default 100).
+// ListCommandsInput is commands.list's input: in state when given, a page
+// of them.
 type ListCommandsInput struct {
 	TenantID string                `json:"tenantId" jsonschema:"required" id:"tenant"`
 	NodeID   string                `json:"nodeId" jsonschema:"required" id:"node"`
-	Limit    *int                  `json:"limit,omitempty" jsonschema:"minimum=1,maximum=500"`
 	State    protocol.CommandState `json:"state,omitempty"`
+	rpc.ListInput
 }
 
 // The commands.* methods.
@@ -81,9 +82,15 @@ func (m methods) commands() []rpc.Descriptor {
 			}},
 		&rpc.Method[ListCommandsInput, CommandList]{Name: ListCommands, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,
+			// Newest first: by the node's command seq, descending.
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListCommandsInput) (CommandList, error) {
-				items, err := domain.ListCommands(ctx, tx, c.TenantID, in.NodeID, string(in.State), limitOr(in.Limit))
-				return CommandList{Items: items}, err
+				q, err := in.Page()
+				if err != nil {
+					return CommandList{}, err
+				}
+				read, err := domain.ListCommands(ctx, tx, c.TenantID, in.NodeID, string(in.State), q)
+				items, next := rpc.Paged(read, q, func(cmd Command) store.Key { return store.Key{Seq: cmd.Seq} })
+				return CommandList{Items: items, NextCursor: next}, err
 			}},
 		// A delivered or running command is recorded cancelled and its
 		// agent told to stop it; a finished one is INVALID_STATE.

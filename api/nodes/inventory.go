@@ -24,13 +24,12 @@ type InventoryInput struct {
 	Seq      *int64 `json:"seq,omitempty" jsonschema:"minimum=1"`
 }
 
-// InventoryHistoryInput is inventory.history's input: at most limit
-// snapshots (default 100), newest first, before beforeSeq when given.
+// InventoryHistoryInput is inventory.history's input: a page of the
+// node's snapshots, newest first.
 type InventoryHistoryInput struct {
-	TenantID  string `json:"tenantId" jsonschema:"required" id:"tenant"`
-	NodeID    string `json:"nodeId" jsonschema:"required" id:"node"`
-	Limit     *int   `json:"limit,omitempty" jsonschema:"minimum=1,maximum=500"`
-	BeforeSeq *int64 `json:"beforeSeq,omitempty" jsonschema:"minimum=1"`
+	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	NodeID   string `json:"nodeId" jsonschema:"required" id:"node"`
+	rpc.ListInput
 }
 
 // InventoryDiffInput is inventory.diff's input: fromSeq and toSeq, by
@@ -66,8 +65,15 @@ func (m methods) inventory() []rpc.Descriptor {
 			}},
 		&rpc.Method[InventoryHistoryInput, InventoryHistory]{Name: GetInventoryHistory, Action: "compute:nodes:read",
 			DecidedOn: "compute-node", Phase: "v0.2", Kind: core.KindRead,
+			// Newest first: by snapshot seq, descending.
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in InventoryHistoryInput) (InventoryHistory, error) {
-				return domain.History(ctx, tx, c.TenantID, in.NodeID, seq(in.BeforeSeq), limitOr(in.Limit))
+				q, err := in.Page()
+				if err != nil {
+					return InventoryHistory{}, err
+				}
+				h, err := domain.History(ctx, tx, c.TenantID, in.NodeID, q)
+				h.Items, h.NextCursor = rpc.Paged(h.Items, q, func(e domain.InventoryHistoryEntry) store.Key { return store.Key{Seq: e.Seq} })
+				return h, err
 			}},
 		&rpc.Method[InventoryDiffInput, InventoryDiffOutput]{Name: DiffInventory, Action: "compute:nodes:read",
 			DecidedOn: "compute-node", Phase: "v0.2", Kind: core.KindRead,

@@ -32,7 +32,8 @@ type JoinToken struct {
 // JoinTokenList is joinTokens.list's answer: every token of the pool, in
 // every state, without secrets.
 type JoinTokenList struct {
-	Items []JoinToken `json:"items"`
+	Items      []JoinToken `json:"items"`
+	NextCursor string      `json:"nextCursor,omitempty"`
 }
 
 // JoinTokenPrefix starts every join token.
@@ -58,7 +59,8 @@ type JoinRequest struct {
 
 // JoinRequestList is joinRequests.list's answer, oldest first.
 type JoinRequestList struct {
-	Items []JoinRequest `json:"items"`
+	Items      []JoinRequest `json:"items"`
+	NextCursor string        `json:"nextCursor,omitempty"`
 }
 
 // CreateJoinTokenInput is joinTokens.create's input: ttlSeconds from 60 s
@@ -89,6 +91,15 @@ type ListJoinRequestsInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID   string `json:"poolId" jsonschema:"required" id:"pool"`
 	State    string `json:"state,omitempty" jsonschema:"enum=pending,enum=approved,enum=rejected,enum=expired"`
+	rpc.ListInput
+}
+
+// ListJoinTokensInput is joinTokens.list's input: a pool's tokens, a page
+// of them.
+type ListJoinTokensInput struct {
+	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	PoolID   string `json:"poolId" jsonschema:"required" id:"pool"`
+	rpc.ListInput
 }
 
 // JoinRequestInput names one join request of a pool.
@@ -102,7 +113,7 @@ type JoinRequestInput struct {
 // node's identity.
 const (
 	CreateJoinToken    rpc.Ref[CreateJoinTokenInput, JoinToken]        = "joinTokens.create"
-	ListJoinTokens     rpc.Ref[PoolInput, JoinTokenList]               = "joinTokens.list"
+	ListJoinTokens     rpc.Ref[ListJoinTokensInput, JoinTokenList]     = "joinTokens.list"
 	RevokeJoinToken    rpc.Ref[JoinTokenInput, JoinToken]              = "joinTokens.revoke"
 	ListJoinRequests   rpc.Ref[ListJoinRequestsInput, JoinRequestList] = "joinRequests.list"
 	ApproveJoinRequest rpc.Ref[JoinRequestInput, JoinRequest]          = "joinRequests.approve"
@@ -140,15 +151,23 @@ func (m methods) joins() []rpc.Descriptor {
 	return []rpc.Descriptor{
 		&rpc.Method[CreateJoinTokenInput, JoinToken]{Name: CreateJoinToken, Action: "compute:join-tokens:create",
 			DecidedOn: "compute-pool", Phase: "v0.1", Kind: core.KindMutation, Run: m.createJoinToken},
-		// Decided on the pool (not per item), so a plain read.
-		&rpc.Method[PoolInput, JoinTokenList]{Name: ListJoinTokens, Action: "compute:join-tokens:read",
+		// Decided on the pool (not per item), so a plain read. Oldest
+		// first: creation millisecond, then id.
+		&rpc.Method[ListJoinTokensInput, JoinTokenList]{Name: ListJoinTokens, Action: "compute:join-tokens:read",
 			DecidedOn: "compute-pool", Phase: "v0.1", Kind: core.KindRead,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in PoolInput) (JoinTokenList, error) {
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListJoinTokensInput) (JoinTokenList, error) {
+				q, err := in.Page()
+				if err != nil {
+					return JoinTokenList{}, err
+				}
 				if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
 					return JoinTokenList{}, err
 				}
-				rows, err := domain.ListJoinTokens(ctx, tx, c.TenantID, in.PoolID, rpc.ListLimit)
-				out := JoinTokenList{Items: make([]JoinToken, len(rows))}
+				read, err := domain.ListJoinTokens(ctx, tx, c.TenantID, in.PoolID, q)
+				rows, next := rpc.Paged(read, q, func(t domain.JoinToken) store.Key {
+					return store.Key{At: t.CreatedAt.UnixMilli(), ID: t.ID}
+				})
+				out := JoinTokenList{Items: make([]JoinToken, len(rows)), NextCursor: next}
 				for i, t := range rows {
 					out.Items[i] = joinTokenOf(t)
 				}
@@ -171,15 +190,23 @@ func (m methods) joins() []rpc.Descriptor {
 				}
 				return joinTokenOf(t), nil
 			}},
-		// Decided on the pool, so a plain read.
+		// Decided on the pool, so a plain read. Oldest first: creation
+		// millisecond, then id.
 		&rpc.Method[ListJoinRequestsInput, JoinRequestList]{Name: ListJoinRequests, Action: "compute:join-tokens:read",
 			DecidedOn: "compute-pool", Phase: "v0.2", Kind: core.KindRead,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListJoinRequestsInput) (JoinRequestList, error) {
+				q, err := in.Page()
+				if err != nil {
+					return JoinRequestList{}, err
+				}
 				if _, err := ownPool(ctx, tx, c.TenantID, in.PoolID); err != nil {
 					return JoinRequestList{}, err
 				}
-				rows, err := domain.ListJoinRequests(ctx, tx, c.TenantID, in.PoolID, in.State, rpc.ListLimit)
-				out := JoinRequestList{Items: make([]JoinRequest, len(rows))}
+				read, err := domain.ListJoinRequests(ctx, tx, c.TenantID, in.PoolID, in.State, q)
+				rows, next := rpc.Paged(read, q, func(r domain.JoinRequest) store.Key {
+					return store.Key{At: r.CreatedAt.UnixMilli(), ID: r.ID}
+				})
+				out := JoinRequestList{Items: make([]JoinRequest, len(rows)), NextCursor: next}
 				for i, r := range rows {
 					out.Items[i] = joinRequestOf(r)
 				}

@@ -6,6 +6,7 @@ package nodes
 
 import (
 	"context"
+	"slices"
 
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	"github.com/better-compute/better-compute/api/rpc"
@@ -27,29 +28,18 @@ type (
 
 // NodeList is nodes.list's answer.
 type NodeList struct {
-	Items []Node `json:"items"`
+	Items      []Node `json:"items"`
+	NextCursor string `json:"nextCursor,omitempty"`
 }
 
 // NodeEventList is nodes.events' answer, newest first.
 type NodeEventList struct {
-	Items []NodeEvent `json:"items"`
+	Items      []NodeEvent `json:"items"`
+	NextCursor string      `json:"nextCursor,omitempty"`
 }
 
 // EventAdopted records an adoption.
 const EventAdopted = domain.EventAdopted
-
-// defaultLimit is the page of nodes.events, inventory.history and
-// commands.list when the input names none (their schemas bound it to
-// [1, 500]).
-const defaultLimit = 100
-
-// limitOr is the input's limit, or the default.
-func limitOr(limit *int) int {
-	if limit == nil {
-		return defaultLimit
-	}
-	return *limit
-}
 
 // NodeInput names one node.
 type NodeInput struct {
@@ -65,13 +55,14 @@ type ListInput struct {
 	ProvisionState states.ProvisionState `json:"provisionState,omitempty"`
 	Connectivity   states.Connectivity   `json:"connectivity,omitempty"`
 	Schedulable    *bool                 `json:"schedulable,omitempty"`
+	rpc.ListInput
 }
 
-// EventsInput is nodes.events' input; limit defaults to 100.
+// EventsInput is nodes.events' input: a page of the node's events.
 type EventsInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	NodeID   string `json:"nodeId" jsonschema:"required" id:"node"`
-	Limit    *int   `json:"limit,omitempty" jsonschema:"minimum=1,maximum=500"`
+	rpc.ListInput
 }
 
 // DrainInput is nodes.drain's input. Mode wait (the default) waits until
@@ -128,15 +119,21 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 func (m methods) nodes() []rpc.Descriptor {
 	d := m.d
 	return []rpc.Descriptor{
+		// Oldest first: creation millisecond, then id.
 		&rpc.Method[ListInput, NodeList]{Name: List, Action: "compute:nodes:read", DecidedOn: "compute-tenant + items",
 			Phase: "v0.1", Kind: core.KindRead,
 			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (rpc.Page, error) {
-				items, err := domain.List(ctx, tx, d.Catalog.FullName(domain.ResourceType), c.TenantID,
-					domain.Filter{PoolID: in.PoolID, ProvisionState: string(in.ProvisionState),
-						Connectivity: string(in.Connectivity), Schedulable: in.Schedulable},
-					rpc.ListLimit)
-				return rpc.PageOf(items, func(n Node) iam.Resource { return d.Resource(domain.ResourceType, n.ID) },
-					func(kept []Node) any { return NodeList{Items: kept} }), err
+				q, err := in.Page()
+				if err != nil {
+					return rpc.Page{}, err
+				}
+				f := domain.Filter{PoolID: in.PoolID, ProvisionState: string(in.ProvisionState),
+					Connectivity: string(in.Connectivity), Schedulable: in.Schedulable}
+				read, err := domain.List(ctx, tx, d.Catalog.FullName(domain.ResourceType), c.TenantID, f, q)
+				rows, next := rpc.Paged(read, q, func(n Node) store.Key { return store.Key{At: n.CreatedAt, ID: n.ID} })
+				return rpc.PageFrom(slices.DeleteFunc(rows, func(n Node) bool { return !f.Keep(n) }), next,
+					func(n Node) iam.Resource { return d.Resource(domain.ResourceType, n.ID) },
+					func(kept []Node, next string) any { return NodeList{Items: kept, NextCursor: next} }), err
 			}},
 		&rpc.Method[NodeInput, Node]{Name: Get, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,
@@ -145,9 +142,15 @@ func (m methods) nodes() []rpc.Descriptor {
 			}},
 		&rpc.Method[EventsInput, NodeEventList]{Name: Events, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,
+			// Newest first: the event's millisecond, then id, both descending.
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in EventsInput) (NodeEventList, error) {
-				items, err := domain.Events(ctx, tx, c.TenantID, in.NodeID, limitOr(in.Limit))
-				return NodeEventList{Items: items}, err
+				q, err := in.Page()
+				if err != nil {
+					return NodeEventList{}, err
+				}
+				read, err := domain.Events(ctx, tx, c.TenantID, in.NodeID, q)
+				items, next := rpc.Paged(read, q, func(e NodeEvent) store.Key { return store.Key{At: e.At, ID: e.ID} })
+				return NodeEventList{Items: items, NextCursor: next}, err
 			}},
 		&rpc.Method[NodeInput, Node]{Name: Cordon, Action: "compute:nodes:cordon", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindMutation,

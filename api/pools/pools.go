@@ -30,13 +30,15 @@ type Quota = policy.Quota
 
 // PoolList is pools.list's answer.
 type PoolList struct {
-	Items []Pool `json:"items"`
+	Items      []Pool `json:"items"`
+	NextCursor string `json:"nextCursor,omitempty"`
 }
 
 // QuotaList is quotas.get's answer: the tenant's quota on each live pool
 // offered to it. A resource missing from a quota grants zero.
 type QuotaList struct {
-	Items []PoolOffer `json:"items"`
+	Items      []PoolOffer `json:"items"`
+	NextCursor string      `json:"nextCursor,omitempty"`
 }
 
 // Names are DNS labels: they name agents' task queues and CLI arguments.
@@ -69,6 +71,7 @@ type ListInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	SiteID   string `json:"siteId,omitempty" id:"site"`
 	Class    string `json:"class,omitempty" jsonschema:"enum=metal-host,enum=metal-dedicated,enum=vps-host,enum=provider"`
+	rpc.ListInput
 }
 
 // UpdateInput is pools.update's input; nil fields are kept, and a policy
@@ -107,6 +110,7 @@ type UnofferInput struct {
 type QuotasGetInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID   string `json:"poolId,omitempty" id:"pool"`
+	rpc.ListInput
 }
 
 // QuotasSetInput is quotas.set's input: tenantId's quota on a pool offered
@@ -167,12 +171,18 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in PoolInput) (Pool, error) {
 				return domain.View(ctx, tx, c.TenantID, in.PoolID)
 			}},
+		// Oldest first: creation millisecond, then id.
 		&rpc.Method[ListInput, PoolList]{Name: List, Action: "compute:pools:read", DecidedOn: "compute-tenant + items",
 			Phase: "v0.1", Kind: core.KindRead,
 			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (rpc.Page, error) {
-				rows, err := domain.List(ctx, tx, typ(), c.TenantID, in.SiteID, in.Class, rpc.ListLimit)
-				return rpc.PageOf(rows, func(p Pool) iam.Resource { return d.Resource(domain.ResourceType, p.ID) },
-					func(kept []Pool) any { return PoolList{Items: kept} }), err
+				q, err := in.Page()
+				if err != nil {
+					return rpc.Page{}, err
+				}
+				rows, err := domain.List(ctx, tx, typ(), c.TenantID, in.SiteID, in.Class, q)
+				return rpc.PageOf(rows, q, func(p Pool) store.Key { return store.Key{At: p.CreatedAt, ID: p.ID} },
+					func(p Pool) iam.Resource { return d.Resource(domain.ResourceType, p.ID) },
+					func(kept []Pool, next string) any { return PoolList{Items: kept, NextCursor: next} }), err
 			}},
 		&rpc.Method[UpdateInput, Pool]{Name: Update, Action: "compute:pools:manage", DecidedOn: "compute-pool",
 			Phase: "v0.2", Kind: core.KindMutation, Refresh: true,
@@ -198,9 +208,15 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			}},
 		&rpc.Method[QuotasGetInput, QuotaList]{Name: QuotasGet, Action: "compute:quotas:read", DecidedOn: "compute-tenant",
 			Phase: "v0.1", Kind: core.KindRead,
+			// By pool id.
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in QuotasGetInput) (QuotaList, error) {
-				items, err := domain.Quotas(ctx, tx, c.TenantID, in.PoolID, rpc.ListLimit)
-				return QuotaList{Items: items}, err
+				q, err := in.Page()
+				if err != nil {
+					return QuotaList{}, err
+				}
+				read, err := domain.Quotas(ctx, tx, c.TenantID, in.PoolID, q)
+				items, next := rpc.Paged(read, q, func(o PoolOffer) store.Key { return store.Key{ID: o.PoolID} })
+				return QuotaList{Items: items, NextCursor: next}, err
 			}},
 		// Decided on compute-fleet (root tenant only), so it reaches any pool.
 		&rpc.Method[QuotasSetInput, PoolOffer]{Name: QuotasSet, Action: "compute:quotas:manage", DecidedOn: "compute-fleet",

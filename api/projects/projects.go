@@ -16,7 +16,8 @@ type Project = domain.Project
 
 // ProjectList is projects.list's answer.
 type ProjectList struct {
-	Items []Project `json:"items"`
+	Items      []Project `json:"items"`
+	NextCursor string    `json:"nextCursor,omitempty"`
 }
 
 // CreateInput is projects.create's input. Names are unique in a tenant.
@@ -34,10 +35,10 @@ type ProjectInput struct {
 
 // The methods.
 const (
-	Create  rpc.Ref[CreateInput, Project]         = "projects.create"
-	Get     rpc.Ref[ProjectInput, Project]        = "projects.get"
-	List    rpc.Ref[rpc.TenantInput, ProjectList] = "projects.list"
-	Archive rpc.Ref[ProjectInput, Project]        = "projects.archive"
+	Create  rpc.Ref[CreateInput, Project]             = "projects.create"
+	Get     rpc.Ref[ProjectInput, Project]            = "projects.get"
+	List    rpc.Ref[rpc.TenantListInput, ProjectList] = "projects.list"
+	Archive rpc.Ref[ProjectInput, Project]            = "projects.archive"
 )
 
 // Methods describes the projects.* methods.
@@ -54,12 +55,18 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ProjectInput) (Project, error) {
 				return domain.Get(ctx, tx, c.TenantID, in.ProjectID, false)
 			}},
-		&rpc.Method[rpc.TenantInput, ProjectList]{Name: List, Action: "compute:projects:read", DecidedOn: "compute-tenant + items",
+		// Oldest first: creation millisecond, then id.
+		&rpc.Method[rpc.TenantListInput, ProjectList]{Name: List, Action: "compute:projects:read", DecidedOn: "compute-tenant + items",
 			Phase: "v0.1", Kind: core.KindRead,
-			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ rpc.TenantInput) (rpc.Page, error) {
-				rows, err := domain.List(ctx, tx, typ(), c.TenantID, rpc.ListLimit)
-				return rpc.PageOf(rows, func(p Project) iam.Resource { return d.Resource(domain.ResourceType, p.ID) },
-					func(kept []Project) any { return ProjectList{Items: kept} }), err
+			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in rpc.TenantListInput) (rpc.Page, error) {
+				q, err := in.Page()
+				if err != nil {
+					return rpc.Page{}, err
+				}
+				rows, err := domain.List(ctx, tx, typ(), c.TenantID, q)
+				return rpc.PageOf(rows, q, func(p Project) store.Key { return store.Key{At: p.CreatedAt, ID: p.ID} },
+					func(p Project) iam.Resource { return d.Resource(domain.ResourceType, p.ID) },
+					func(kept []Project, next string) any { return ProjectList{Items: kept, NextCursor: next} }), err
 			}},
 		&rpc.Method[ProjectInput, Project]{Name: Archive, Action: "compute:projects:manage", DecidedOn: "compute-project",
 			Phase: "v0.2", Kind: core.KindMutation,

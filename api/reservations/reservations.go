@@ -34,7 +34,8 @@ type Allocation = domain.Allocation
 
 // ReservationList is reservations.list's answer.
 type ReservationList struct {
-	Items []Reservation `json:"items"`
+	Items      []Reservation `json:"items"`
+	NextCursor string        `json:"nextCursor,omitempty"`
 }
 
 // CreateInput is reservations.create's input: the devices (core/placement
@@ -68,6 +69,7 @@ type ListInput struct {
 	State     string `json:"state,omitempty" jsonschema:"enum=draft,enum=denied,enum=awaiting-confirmation,enum=pending,enum=placed,enum=binding,enum=active,enum=releasing,enum=released,enum=failed,enum=cancelled,enum=expired"`
 	PoolID    string `json:"poolId,omitempty" id:"pool"`
 	ProjectID string `json:"projectId,omitempty" id:"prj"`
+	rpc.ListInput
 }
 
 // ExtendInput is reservations.extend's input. Duration is the new total,
@@ -135,16 +137,22 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ReservationInput) (Reservation, error) {
 				return domain.Load(ctx, tx, c.TenantID, in.ReservationID, false)
 			}},
+		// Newest first: creation millisecond, then id, both descending.
 		&rpc.Method[ListInput, ReservationList]{Name: List, Action: "compute:reservations:read", DecidedOn: "compute-tenant + items",
 			Phase: "v0.1", Kind: core.KindRead,
 			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (rpc.Page, error) {
+				q, err := in.Page()
+				if err != nil {
+					return rpc.Page{}, err
+				}
 				f := domain.Filter{State: in.State, PoolID: in.PoolID, ProjectID: in.ProjectID}
 				if c.Scope == rpc.ScopeMine {
 					f.Owner = c.Caller.IdentityID
 				}
-				items, err := domain.List(ctx, tx, m.types().Reservation, c.TenantID, f, rpc.ListLimit)
-				return rpc.PageOf(items, func(r Reservation) iam.Resource { return d.Resource(domain.ResourceType, r.ID) },
-					func(kept []Reservation) any { return ReservationList{Items: kept} }), err
+				items, err := domain.List(ctx, tx, m.types().Reservation, c.TenantID, f, q)
+				return rpc.PageOf(items, q, func(r Reservation) store.Key { return store.Key{At: r.CreatedAt, ID: r.ID} },
+					func(r Reservation) iam.Resource { return d.Resource(domain.ResourceType, r.ID) },
+					func(kept []Reservation, next string) any { return ReservationList{Items: kept, NextCursor: next} }), err
 			}},
 		&rpc.Method[ReservationInput, Reservation]{Name: Release, Action: "compute:reservations:release", DecidedOn: "compute-reservation",
 			Phase: "v0.1", Kind: core.KindMutation,

@@ -275,18 +275,61 @@ type Item struct {
 	Value    any
 }
 
-// ListLimit bounds one page of every list.
-const ListLimit = 500
+// ListInput is the paging part of every list's input; list inputs embed it,
+// so their schemas and documents say the same limit and cursor.
+type ListInput struct {
+	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=1,maximum=500" jsonschema_description:"The page's size: at most 500 items, 100 when left out. A page may hold fewer items than the limit (items the caller may not read are left out) and still be followed by another."`
+	Cursor string `json:"cursor,omitempty" jsonschema:"minLength=1,maxLength=512" jsonschema_description:"The nextCursor of the previous page; left out for the first page."`
+}
 
-// PageOf is the page of rows, each decided on resource(row), answered as
-// wrap(the rows kept).
-func PageOf[T any](rows []T, resource func(T) iam.Resource, wrap func([]T) any) Page {
+// Page is the page the input asks for; a cursor this list did not answer is
+// INVALID_INPUT naming the field cursor.
+func (in ListInput) Page() (store.PageQuery, error) {
+	q := store.PageQuery{Limit: in.Limit}
+	if q.Limit == 0 {
+		q.Limit = store.DefaultPageLimit
+	}
+	q.Limit = min(q.Limit, store.MaxPageLimit)
+	if in.Cursor != "" {
+		k, err := store.DecodeCursor(in.Cursor)
+		if err != nil {
+			return store.PageQuery{}, err
+		}
+		q.After = &k
+	}
+	return q, nil
+}
+
+// Paged is the page of rows read for q (at most q.Fetch() of them): the
+// first q.Limit rows, and the cursor after the last of them when more rows
+// followed ("" at the end of the list).
+func Paged[T any](rows []T, q store.PageQuery, key func(T) store.Key) ([]T, string) {
+	if len(rows) <= q.Limit {
+		return rows, ""
+	}
+	rows = rows[:q.Limit]
+	return rows, store.EncodeCursor(key(rows[len(rows)-1]))
+}
+
+// PageOf is the page of rows read for q, each decided on resource(row),
+// answered as wrap(the rows kept, the next cursor). The cursor continues
+// after the last row read, not the last kept, so rows a decision drops
+// shorten the page without skipping or repeating any.
+func PageOf[T any](rows []T, q store.PageQuery, key func(T) store.Key, resource func(T) iam.Resource,
+	wrap func(kept []T, next string) any) Page {
+	rows, next := Paged(rows, q, key)
+	return PageFrom(rows, next, resource, wrap)
+}
+
+// PageFrom is PageOf of rows already cut to the page (Paged), for a list
+// that drops rows by a rule of its own after reading them.
+func PageFrom[T any](rows []T, next string, resource func(T) iam.Resource, wrap func(kept []T, next string) any) Page {
 	p := Page{Items: make([]Item, len(rows)), Answer: func(kept []any) any {
 		out := make([]T, len(kept))
 		for i, k := range kept {
 			out[i] = k.(T)
 		}
-		return wrap(out)
+		return wrap(out, next)
 	}}
 	for i, r := range rows {
 		p.Items[i] = Item{Resource: resource(r), Value: r}
@@ -317,6 +360,12 @@ func Check(info Info, h *Handler) error {
 
 // NoInput is the input of a method that takes no fields.
 type NoInput struct{}
+
+// TenantListInput is the input of a list that takes only its tenant.
+type TenantListInput struct {
+	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	ListInput
+}
 
 // TenantInput is the input of a method that takes only its tenant.
 type TenantInput struct {

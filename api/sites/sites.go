@@ -21,7 +21,8 @@ type Token = domain.Token
 
 // SiteList is sites.list's answer.
 type SiteList struct {
-	Items []Site `json:"items"`
+	Items      []Site `json:"items"`
+	NextCursor string `json:"nextCursor,omitempty"`
 }
 
 // Names are DNS labels: they name agents' task queues and CLI arguments.
@@ -71,13 +72,13 @@ type RevokeTokenInput struct {
 
 // The methods.
 const (
-	Create      rpc.Ref[CreateInput, Site]         = "sites.create"
-	Get         rpc.Ref[SiteInput, Site]           = "sites.get"
-	List        rpc.Ref[rpc.TenantInput, SiteList] = "sites.list"
-	Update      rpc.Ref[UpdateInput, Site]         = "sites.update"
-	Delete      rpc.Ref[SiteInput, Site]           = "sites.delete"
-	CreateToken rpc.Ref[CreateTokenInput, Token]   = "siteTokens.create"
-	RevokeToken rpc.Ref[RevokeTokenInput, Token]   = "siteTokens.revoke"
+	Create      rpc.Ref[CreateInput, Site]             = "sites.create"
+	Get         rpc.Ref[SiteInput, Site]               = "sites.get"
+	List        rpc.Ref[rpc.TenantListInput, SiteList] = "sites.list"
+	Update      rpc.Ref[UpdateInput, Site]             = "sites.update"
+	Delete      rpc.Ref[SiteInput, Site]               = "sites.delete"
+	CreateToken rpc.Ref[CreateTokenInput, Token]       = "siteTokens.create"
+	RevokeToken rpc.Ref[RevokeTokenInput, Token]       = "siteTokens.revoke"
 )
 
 // Methods describes the sites.* and siteTokens.* methods.
@@ -95,12 +96,18 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in SiteInput) (Site, error) {
 				return domain.Load(ctx, tx, c.TenantID, in.SiteID, false)
 			}},
-		&rpc.Method[rpc.TenantInput, SiteList]{Name: List, Action: "compute:sites:read", DecidedOn: "compute-tenant + items",
+		// Oldest first: creation millisecond, then id.
+		&rpc.Method[rpc.TenantListInput, SiteList]{Name: List, Action: "compute:sites:read", DecidedOn: "compute-tenant + items",
 			Phase: "v0.1", Kind: core.KindRead,
-			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ rpc.TenantInput) (rpc.Page, error) {
-				rows, err := domain.List(ctx, tx, typ(), c.TenantID, rpc.ListLimit)
-				return rpc.PageOf(rows, func(s Site) iam.Resource { return d.Resource(domain.ResourceType, s.ID) },
-					func(kept []Site) any { return SiteList{Items: kept} }), err
+			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in rpc.TenantListInput) (rpc.Page, error) {
+				q, err := in.Page()
+				if err != nil {
+					return rpc.Page{}, err
+				}
+				rows, err := domain.List(ctx, tx, typ(), c.TenantID, q)
+				return rpc.PageOf(rows, q, func(s Site) store.Key { return store.Key{At: s.CreatedAt, ID: s.ID} },
+					func(s Site) iam.Resource { return d.Resource(domain.ResourceType, s.ID) },
+					func(kept []Site, next string) any { return SiteList{Items: kept, NextCursor: next} }), err
 			}},
 		// A new region is also the region of the site's pools: their
 		// projection rows are rewritten in the same transaction.

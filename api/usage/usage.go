@@ -25,6 +25,7 @@ type ListInput struct {
 	To        int64  `json:"to" jsonschema:"required" unit:"epoch-ms"`
 	ProjectID string `json:"projectId,omitempty" id:"prj"`
 	GroupBy   string `json:"groupBy,omitempty" jsonschema:"enum=tenant,enum=project,enum=reservation"`
+	rpc.ListInput
 }
 
 // The groupings usage.list's groupBy names.
@@ -44,8 +45,15 @@ func Methods(rpc.Deps) []rpc.Descriptor {
 	return []rpc.Descriptor{
 		&rpc.Method[ListInput, Report]{Name: List, Action: "compute:usage:read", DecidedOn: "compute-tenant or compute-project",
 			Phase: "v0.1", Kind: core.KindRead,
+			// By group: project, reservation, class, gpuModel, ascending.
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (Report, error) {
-				return domain.List(ctx, tx, c.TenantID, in.ProjectID, in.From, in.To, in.GroupBy)
+				q, err := in.Page()
+				if err != nil {
+					return Report{}, err
+				}
+				r, err := domain.List(ctx, tx, c.TenantID, in.ProjectID, in.From, in.To, in.GroupBy, q)
+				r.Items, r.NextCursor = rpc.Paged(r.Items, q, Item.GroupKey)
+				return r, err
 			}},
 	}
 }

@@ -41,7 +41,7 @@ func (s *Stack) seedDemoFleet(ctx context.Context) error {
 		}
 	}
 	root := s.tokens.RootTenantID
-	siteList, err := sites.List.Call(ctx, admin, rpc.TenantInput{TenantID: root})
+	siteList, err := sites.List.Call(ctx, admin, rpc.TenantListInput{TenantID: root})
 	if err != nil {
 		return fmt.Errorf("demo fleet: %w", err)
 	}

@@ -16,9 +16,6 @@ import (
 	"github.com/better-compute/better-compute/store"
 )
 
-// DefaultLimit is a page's size when the caller names none.
-const DefaultLimit = 100
-
 // Event is one domain event as the API returns it.
 type Event struct {
 	ID           string         `json:"id"`
@@ -31,11 +28,13 @@ type Event struct {
 	CreatedAt    int64          `json:"createdAt"`
 }
 
-// Page is one page of a tenant's events. Next is the cursor of the next
-// page: the last item's seq, or the query's cursor when the page is empty.
+// Page is one page of a tenant's events. The outbox is a feed with no end,
+// so NextCursor follows every page that has items (the position after its
+// last event) and is left out of an empty page only: there are no newer
+// events yet, and a reader polls again with the cursor it sent.
 type Page struct {
-	Items []Event `json:"items"`
-	Next  int64   `json:"next"`
+	Items      []Event `json:"items"`
+	NextCursor string  `json:"nextCursor,omitempty"`
 }
 
 // Stored is an event as the outbox holds it.
@@ -64,11 +63,13 @@ func List(ctx context.Context, tx store.Tx, q Query) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	out := Page{Items: make([]Event, len(got)), Next: q.After}
+	out := Page{Items: make([]Event, len(got))}
 	for i, e := range got {
 		out.Items[i] = Event{ID: e.ID, Seq: e.Seq, Type: e.Type, ResourceType: e.ResourceType, ResourceID: e.ResourceID,
 			ProjectID: e.ProjectID, Data: e.Data, CreatedAt: e.CreatedAt.UnixMilli()}
-		out.Next = e.Seq
+	}
+	if len(got) > 0 {
+		out.NextCursor = store.EncodeCursor(store.Key{Seq: got[len(got)-1].Seq})
 	}
 	return out, nil
 }

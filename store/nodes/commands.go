@@ -187,12 +187,13 @@ func GetCommand(ctx context.Context, tx store.Tx, tenantID, nodeID, id string) (
 }
 
 // ListCommands answers the commands of the tenant's live node, newest
-// first, in state when given, at most limit.
-func ListCommands(ctx context.Context, tx store.Tx, tenantID, nodeID, state string, limit int) ([]Command, error) {
+// first (by seq), in state when given: the page's rows after its key, plus
+// one.
+func ListCommands(ctx context.Context, tx store.Tx, tenantID, nodeID, state string, page store.PageQuery) ([]Command, error) {
 	if _, err := Get(ctx, tx, tenantID, nodeID, false); err != nil {
 		return nil, err
 	}
-	rows, err := store.ListNodeCommands(ctx, tx, tenantID, nodeID, state, limit)
+	rows, err := store.ListNodeCommands(ctx, tx, tenantID, nodeID, state, page)
 	if err != nil {
 		return nil, err
 	}

@@ -39,8 +39,9 @@ type InventoryHistoryEntry struct {
 
 // InventoryHistory is inventory.history's answer, newest first.
 type InventoryHistory struct {
-	NodeID string                  `json:"nodeId"`
-	Items  []InventoryHistoryEntry `json:"items"`
+	NodeID     string                  `json:"nodeId"`
+	Items      []InventoryHistoryEntry `json:"items"`
+	NextCursor string                  `json:"nextCursor,omitempty"`
 }
 
 // InventoryDiffOutput is inventory.diff's answer: core/inventory.Diff from
@@ -386,14 +387,15 @@ func Snapshot(ctx context.Context, tx store.Tx, tenantID, nodeID string, seq int
 	return latestSnapshot(ctx, tx, nodeID, seq)
 }
 
-// History lists the snapshots of the tenant's live node before beforeSeq
-// (all when 0), newest first, at most limit.
-func History(ctx context.Context, tx store.Tx, tenantID, nodeID string, beforeSeq int64, limit int) (InventoryHistory, error) {
+// History lists the snapshots of the tenant's live node, newest first (by
+// seq): the page's rows below its key's Seq, plus one; the caller cuts the
+// page.
+func History(ctx context.Context, tx store.Tx, tenantID, nodeID string, page store.PageQuery) (InventoryHistory, error) {
 	if _, err := Get(ctx, tx, tenantID, nodeID, false); err != nil {
 		return InventoryHistory{}, err
 	}
 	rows, err := tx.Query(ctx, `SELECT seq, digest, received_at FROM node_inventories
-		WHERE node_id = $1 AND ($2 = 0 OR seq < $2) ORDER BY seq DESC LIMIT $3`, nodeID, beforeSeq, limit)
+		WHERE node_id = $1 AND ($2 OR seq < $3) ORDER BY seq DESC LIMIT $4`, nodeID, page.First(), page.AfterKey().Seq, page.Fetch())
 	if err != nil {
 		return InventoryHistory{}, err
 	}

@@ -103,10 +103,13 @@ func CreateJoinToken(ctx context.Context, tx store.Tx, in NewJoinToken) (JoinTok
 }
 
 // ListJoinTokens reads the tenant's join tokens of a pool, every state,
-// oldest first, at most limit.
-func ListJoinTokens(ctx context.Context, tx store.Tx, tenantID, poolID string, limit int) ([]JoinToken, error) {
+// oldest first (creation millisecond, then id): the page's rows after its
+// key, plus one.
+func ListJoinTokens(ctx context.Context, tx store.Tx, tenantID, poolID string, page store.PageQuery) ([]JoinToken, error) {
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT `+joinTokenColumns+` FROM join_tokens t
-		WHERE t.tenant_id = $1 AND t.pool_id = $2 ORDER BY t.created_at, t.id LIMIT $3`, tenantID, poolID, limit)
+		WHERE t.tenant_id = $1 AND t.pool_id = $2 AND (`+store.MsOf("t.created_at")+`, t.id) > ($4, $5)
+		ORDER BY `+store.MsOf("t.created_at")+`, t.id LIMIT $3`, tenantID, poolID, page.Fetch(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}

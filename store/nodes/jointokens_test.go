@@ -196,7 +196,7 @@ func TestConsumeJoinToken(t *testing.T) {
 	// List: every state, oldest first.
 	var list []nodes.JoinToken
 	err = s.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
-		list, err = nodes.ListJoinTokens(ctx, tx, "acme", pool, 500)
+		list, err = nodes.ListJoinTokens(ctx, tx, "acme", pool, store.PageQuery{Limit: 500})
 		return err
 	})
 	if err != nil || len(list) != 3 || list[0].ID != jt.ID || list[0].State != nodes.JoinTokenExhausted ||

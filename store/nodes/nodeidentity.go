@@ -194,12 +194,15 @@ func GetJoinRequestBySecret(ctx context.Context, db store.DBTX, id, secret strin
 }
 
 // ListJoinRequests reads the join requests of the tenant's pool, oldest
-// first, at most limit; state, when given, filters on the derived state.
-func ListJoinRequests(ctx context.Context, tx store.Tx, tenantID, poolID, state string, limit int) ([]JoinRequest, error) {
+// first (creation millisecond, then id), the page's rows after its key plus
+// one; state, when given, filters on the derived state.
+func ListJoinRequests(ctx context.Context, tx store.Tx, tenantID, poolID, state string, page store.PageQuery) ([]JoinRequest, error) {
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT * FROM (SELECT `+joinRequestColumns+` FROM join_requests r
 		WHERE r.tenant_id = $1 AND r.pool_id = $2) AS q (id, tenant_id, pool_id, join_token_id, name, hardware_key,
 		inventory, csr, state, node_id, certificate, decided_by, decided_at, created_at, expires_at)
-		WHERE $3 = '' OR q.state = $3 ORDER BY q.created_at, q.id LIMIT $4`, tenantID, poolID, state, limit)
+		WHERE ($3 = '' OR q.state = $3) AND (`+store.MsOf("q.created_at")+`, q.id) > ($5, $6)
+		ORDER BY `+store.MsOf("q.created_at")+`, q.id LIMIT $4`, tenantID, poolID, state, page.Fetch(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}

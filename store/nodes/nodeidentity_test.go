@@ -134,7 +134,7 @@ func TestJoinRequests(t *testing.T) {
 	}
 	var byState map[string]int
 	err = s.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
-		all, err := nodes.ListJoinRequests(ctx, tx, "acme", pool, "", 100)
+		all, err := nodes.ListJoinRequests(ctx, tx, "acme", pool, "", store.PageQuery{Limit: 100})
 		if err != nil {
 			return err
 		}
@@ -142,11 +142,11 @@ func TestJoinRequests(t *testing.T) {
 		for _, r := range all {
 			byState[r.State]++
 		}
-		exp, err := nodes.ListJoinRequests(ctx, tx, "acme", pool, "expired", 100)
+		exp, err := nodes.ListJoinRequests(ctx, tx, "acme", pool, "expired", store.PageQuery{Limit: 100})
 		if err != nil || len(exp) != 1 || exp[0].ID != b.ID {
 			return errors.Join(err, errors.New("expired filter"))
 		}
-		other, err := nodes.ListJoinRequests(ctx, tx, "globex", pool, "", 100)
+		other, err := nodes.ListJoinRequests(ctx, tx, "globex", pool, "", store.PageQuery{Limit: 100})
 		if err != nil || len(other) != 0 {
 			return errors.Join(err, errors.New("another tenant sees the requests"))
 		}

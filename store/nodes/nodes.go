@@ -273,37 +273,42 @@ type Filter struct {
 }
 
 // List reads the tenant's live nodes the projection holds (typ is the node
-// type's full name), filtered, at most limit, oldest first.
-// Schedulability is filtered after the page is read, so the one predicate
-// (core/nodes) decides it.
-func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, limit int) ([]Node, error) {
+// type's full name), filtered, oldest first (creation millisecond, then
+// id), the page's rows after its key plus one. Schedulability is not
+// filtered here: the caller drops the nodes Keep refuses once it has cut
+// the page, so the one predicate (core/nodes) decides it and the cursor
+// still follows the last row read.
+func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, page store.PageQuery) ([]Node, error) {
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, nodeSelect+`
 		WHERE n.tenant_id = $1 AND n.deleted_at IS NULL
 		  AND ($2 = '' OR n.pool_id = $2) AND ($3 = '' OR n.provision_state = $3) AND ($4 = '' OR n.connectivity = $4)
 		  AND EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = $5 AND a.id = n.id AND a.tenant_id = $1)
-		ORDER BY n.created_at, n.id LIMIT $6`,
-		tenantID, f.PoolID, f.ProvisionState, f.Connectivity, typ, limit)
+		  AND (`+store.MsOf("n.created_at")+`, n.id) > ($7, $8)
+		ORDER BY `+store.MsOf("n.created_at")+`, n.id LIMIT $6`,
+		tenantID, f.PoolID, f.ProvisionState, f.Connectivity, typ, page.Fetch(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
-	if err != nil {
-		return nil, err
-	}
-	if f.Schedulable != nil {
-		list = slices.DeleteFunc(list, func(n Node) bool { return n.Schedulable != *f.Schedulable })
-	}
-	return list, nil
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) { return scanNode(r) })
 }
 
-// Events reads the history of the tenant's live node, newest first, at
-// most limit.
-func Events(ctx context.Context, tx store.Tx, tenantID, nodeID string, limit int) ([]Event, error) {
+// Keep reports whether n passes the filter's schedulability.
+func (f Filter) Keep(n Node) bool {
+	return f.Schedulable == nil || n.Schedulable == *f.Schedulable
+}
+
+// Events reads the history of the tenant's live node, newest first (the
+// event's millisecond, then id, both descending): the page's rows before
+// its key, plus one.
+func Events(ctx context.Context, tx store.Tx, tenantID, nodeID string, page store.PageQuery) ([]Event, error) {
 	if _, err := Get(ctx, tx, tenantID, nodeID, false); err != nil {
 		return nil, err
 	}
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT id, node_id, at, type, message, details FROM node_events
-		WHERE node_id = $1 ORDER BY at DESC, id DESC LIMIT $2`, nodeID, limit)
+		WHERE node_id = $1 AND ($3 OR (`+store.MsOf("at")+`, id) < ($4, $5))
+		ORDER BY `+store.MsOf("at")+` DESC, id DESC LIMIT $2`, nodeID, page.Fetch(), page.First(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -299,12 +299,14 @@ func Create(ctx context.Context, tx store.Tx, typ, tenantID, createdBy string, i
 // List reads the tenant's live pools and the live pools offered to it, of
 // which the projection holds a row in the tenant's view, at most limit,
 // oldest first; siteID and class filter when set.
-func List(ctx context.Context, tx store.Tx, typ, tenantID, siteID, class string, limit int) ([]Pool, error) {
+func List(ctx context.Context, tx store.Tx, typ, tenantID, siteID, class string, page store.PageQuery) ([]Pool, error) {
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, selectPools+`
 		WHERE p.archived_at IS NULL AND (p.tenant_id = $1 OR o.tenant_id IS NOT NULL)
 		  AND ($2 = '' OR p.site_id = $2) AND ($3 = '' OR p.class = $3)
 		  AND `+store.VisibleIn("p.id", "$1", "$4", true)+`
-		ORDER BY p.created_at, p.id LIMIT $5`, tenantID, siteID, class, typ, limit)
+		  AND (`+store.MsOf("p.created_at")+`, p.id) > ($6, $7)
+		ORDER BY `+store.MsOf("p.created_at")+`, p.id LIMIT $5`, tenantID, siteID, class, typ, page.Fetch(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -447,9 +449,10 @@ func Unoffer(ctx context.Context, tx store.Tx, typ, tenantID, id, toTenantID str
 }
 
 // Quotas reads the offers the tenant received on live pools (the one pool
-// poolID when set), at most limit. A pool outside the tenant's view is
-// NOT_FOUND; its own pool has no offer, so no quota items.
-func Quotas(ctx context.Context, tx store.Tx, tenantID, poolID string, limit int) ([]Offer, error) {
+// poolID when set), by pool id, the page's rows after its key plus one. A
+// pool outside the tenant's view is NOT_FOUND; its own pool has no offer,
+// so no quota items.
+func Quotas(ctx context.Context, tx store.Tx, tenantID, poolID string, page store.PageQuery) ([]Offer, error) {
 	if poolID != "" {
 		if _, err := View(ctx, tx, tenantID, poolID); err != nil {
 			return nil, err
@@ -457,8 +460,8 @@ func Quotas(ctx context.Context, tx store.Tx, tenantID, poolID string, limit int
 	}
 	rows, err := tx.Query(ctx, `SELECT o.pool_id, o.tenant_id, o.quota, o.priority, o.include_descendants, o.created_by, o.created_at, o.updated_at
 		FROM pool_offers o JOIN pools p ON p.id = o.pool_id
-		WHERE o.tenant_id = $1 AND p.archived_at IS NULL AND ($2 = '' OR o.pool_id = $2)
-		ORDER BY o.pool_id LIMIT $3`, tenantID, poolID, limit)
+		WHERE o.tenant_id = $1 AND p.archived_at IS NULL AND ($2 = '' OR o.pool_id = $2) AND o.pool_id > $4
+		ORDER BY o.pool_id LIMIT $3`, tenantID, poolID, page.Fetch(), page.AfterKey().ID)
 	if err != nil {
 		return nil, err
 	}

@@ -80,10 +80,12 @@ func Get(ctx context.Context, tx store.Tx, tenantID, id string, forUpdate bool) 
 
 // List reads the tenant's live projects that the authorization projection
 // holds (typ is the project type's full name), at most limit, oldest first.
-func List(ctx context.Context, tx store.Tx, typ, tenantID string, limit int) ([]Project, error) {
+func List(ctx context.Context, tx store.Tx, typ, tenantID string, page store.PageQuery) ([]Project, error) {
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM projects p
 		WHERE p.tenant_id = $1 AND p.archived_at IS NULL AND `+store.VisibleIn("p.id", "$1", "$2", false)+`
-		ORDER BY p.created_at, p.id LIMIT $3`, tenantID, typ, limit)
+		  AND (`+store.MsOf("p.created_at")+`, p.id) > ($4, $5)
+		ORDER BY `+store.MsOf("p.created_at")+`, p.id LIMIT $3`, tenantID, typ, page.Fetch(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -163,15 +163,21 @@ type Filter struct {
 
 // List reads the tenant's decided reservations (drafts are not listed) of
 // which the projection holds a row (typ is the reservation type's full
-// name), newest first, at most limit.
-func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, limit int) ([]Reservation, error) {
+// name), newest first (creation millisecond, then id, both descending):
+// the page's rows before its key, plus one.
+func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, page store.PageQuery) ([]Reservation, error) {
+	// The key is createdAt exactly as columns answers it (rounded to the
+	// millisecond, not cut), so a cursor compares equal to its own row.
+	const createdMs = "(extract(epoch FROM r.created_at) * 1000)::bigint"
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM reservations r
 		WHERE r.tenant_id = $1 AND r.state <> 'draft'
 			AND ($2 = '' OR r.owner_identity_id = $2) AND ($3 = '' OR r.state = $3)
 			AND ($4 = '' OR r.pool_id = $4) AND ($5 = '' OR r.project_id = $5)
 			AND `+store.VisibleIn("r.id", "$1", "$6", false)+`
-		ORDER BY r.created_at DESC, r.id DESC LIMIT $7`,
-		tenantID, f.Owner, f.State, f.PoolID, f.ProjectID, typ, limit)
+			AND ($8 OR (`+createdMs+`, r.id) < ($9, $10))
+		ORDER BY `+createdMs+` DESC, r.id DESC LIMIT $7`,
+		tenantID, f.Owner, f.State, f.PoolID, f.ProjectID, typ, page.Fetch(), page.First(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -182,10 +182,12 @@ func Live(ctx context.Context, tx store.Tx, tenantID, id string) (Site, error) {
 
 // List reads the tenant's live sites the projection holds (typ is the site
 // type's full name), at most limit, oldest first.
-func List(ctx context.Context, tx store.Tx, typ, tenantID string, limit int) ([]Site, error) {
+func List(ctx context.Context, tx store.Tx, typ, tenantID string, page store.PageQuery) ([]Site, error) {
+	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sites s
 		WHERE s.tenant_id = $1 AND s.deleted_at IS NULL AND `+store.VisibleIn("s.id", "$1", "$2", false)+`
-		ORDER BY s.created_at, s.id LIMIT $3`, tenantID, typ, limit)
+		  AND (`+store.MsOf("s.created_at")+`, s.id) > ($4, $5)
+		ORDER BY `+store.MsOf("s.created_at")+`, s.id LIMIT $3`, tenantID, typ, page.Fetch(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}

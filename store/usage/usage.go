@@ -6,6 +6,7 @@ package usage
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -41,21 +42,47 @@ type Item struct {
 	GPUHours      float64 `json:"gpuHours"`  // UnitHours for class "gpu", 0 otherwise
 }
 
-// Report is a tenant's usage over [From, To) (epoch milliseconds); Total
-// is the items' GPU-hours.
+// Report is a tenant's usage over [From, To) (epoch milliseconds), a page
+// of its groups; Total is the GPU-hours of every group, on every page.
 type Report struct {
-	From    int64   `json:"from"`
-	To      int64   `json:"to"`
-	GroupBy string  `json:"groupBy"`
-	Items   []Item  `json:"items"`
-	Total   float64 `json:"total"`
+	From       int64   `json:"from"`
+	To         int64   `json:"to"`
+	GroupBy    string  `json:"groupBy"`
+	Items      []Item  `json:"items"`
+	Total      float64 `json:"total"`
+	NextCursor string  `json:"nextCursor,omitempty"`
+}
+
+// GroupKey is an item's place in a report's order (project, reservation,
+// class, gpuModel), as a cursor holds it.
+func (it Item) GroupKey() store.Key {
+	raw, err := json.Marshal([]string{it.ProjectID, it.ReservationID, it.Class, it.GPUModel})
+	if err != nil {
+		panic(err) // strings always marshal
+	}
+	return store.Key{ID: string(raw)}
+}
+
+// groupAfter reads a cursor's group key.
+func groupAfter(page store.PageQuery) ([]string, error) {
+	if page.First() {
+		return []string{"", "", "", ""}, nil
+	}
+	var g []string
+	if err := json.Unmarshal([]byte(page.After.ID), &g); err != nil || len(g) != 4 {
+		return nil, core.Errorf(core.CodeInvalidInput, "cursor is not a cursor this list answered").
+			WithDetails(map[string]any{"field": "cursor", "reason": "malformed"})
+	}
+	return g, nil
 }
 
 // List sums the tenant's usage (one project's when projectID is set) over
 // [from, to), epoch milliseconds, grouped by groupBy (ByTenant when "").
 // The window must be non-empty and at most MaxWindow long: INVALID_INPUT on
-// "to" otherwise.
-func List(ctx context.Context, tx store.Tx, tenantID, projectID string, from, to int64, groupBy string) (Report, error) {
+// "to" otherwise. The groups are paged in their order (project,
+// reservation, class, gpuModel, ascending); the caller cuts the page
+// (Sum reads one group past it).
+func List(ctx context.Context, tx store.Tx, tenantID, projectID string, from, to int64, groupBy string, page store.PageQuery) (Report, error) {
 	switch {
 	case to <= from:
 		return Report{}, badField("to", "range", "to must be after from")
@@ -65,8 +92,9 @@ func List(ctx context.Context, tx store.Tx, tenantID, projectID string, from, to
 	if groupBy == "" {
 		groupBy = ByTenant
 	}
-	rows, err := Sum(ctx, tx, Query{TenantID: tenantID, ProjectID: projectID,
-		From: time.UnixMilli(from), To: time.UnixMilli(to), GroupBy: groupBy})
+	q := Query{TenantID: tenantID, ProjectID: projectID,
+		From: time.UnixMilli(from), To: time.UnixMilli(to), GroupBy: groupBy, Page: &page}
+	rows, err := Sum(ctx, tx, q)
 	if err != nil {
 		return Report{}, err
 	}
@@ -74,10 +102,12 @@ func List(ctx context.Context, tx store.Tx, tenantID, projectID string, from, to
 	if out.Items == nil {
 		out.Items = []Item{}
 	}
-	for _, r := range rows {
+	// The total is every group's, whichever page this is.
+	all, err := Sum(ctx, tx, Query{TenantID: tenantID, ProjectID: projectID, From: q.From, To: q.To})
+	for _, r := range all {
 		out.Total += r.GPUHours
 	}
-	return out, nil
+	return out, err
 }
 
 func badField(field, reason, msg string) error {
@@ -90,6 +120,8 @@ type Query struct {
 	ProjectID string // "" means every project (and none)
 	From, To  time.Time
 	GroupBy   string // ByTenant (default), ByProject or ByReservation
+	// Page, when set, reads the groups after its key, one past its limit.
+	Page *store.PageQuery
 }
 
 // Sum clips every interval of the tenant, [started_at, ended_at or now()),
@@ -117,14 +149,25 @@ func Sum(ctx context.Context, tx store.Tx, q Query) ([]Item, error) {
 	// the window; intervals that miss the window (or, open and started after
 	// now(), have no length yet) are left out, so every span summed is
 	// positive. The sum stays numeric until the division.
-	rows, err := tx.Query(ctx, `SELECT `+project+`, `+reservation+`, class, gpu_model,
+	first, limit, after := true, -1, []string{"", "", "", ""}
+	if q.Page != nil {
+		var err error
+		if after, err = groupAfter(*q.Page); err != nil {
+			return nil, err
+		}
+		first, limit = q.Page.First(), q.Page.Fetch()
+	}
+	rows, err := tx.Query(ctx, `SELECT * FROM (SELECT `+project+` AS p, `+reservation+` AS r, class, gpu_model,
 			(sum(units * extract(epoch FROM least(coalesce(ended_at, now()), $4) - greatest(started_at, $3))) / 3600)::float8
 		FROM usage_intervals
 		WHERE tenant_id = $1 AND ($2 = '' OR project_id = $2)
 		  AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3)
 		  AND least(coalesce(ended_at, now()), $4) > greatest(started_at, $3)
-		GROUP BY 1, 2, 3, 4
-		ORDER BY 1, 2, 3, 4`, q.TenantID, q.ProjectID, q.From, q.To)
+		GROUP BY 1, 2, 3, 4) g
+		WHERE $5 OR (g.p, g.r, g.class, g.gpu_model) > ($6, $7, $8, $9)
+		ORDER BY 1, 2, 3, 4
+		LIMIT CASE WHEN $10 < 0 THEN NULL ELSE $10 END`, q.TenantID, q.ProjectID, q.From, q.To,
+		first, after[0], after[1], after[2], after[3], limit)
 	if err != nil {
 		return nil, err
 	}

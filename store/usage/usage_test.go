@@ -156,7 +156,7 @@ func TestListChecksTheWindow(t *testing.T) {
 	day := (24 * time.Hour).Milliseconds()
 	for name, to := range map[string]int64{"empty": 10, "backwards": 5, "over 366 days": 10 + 366*day + 1} {
 		err := s.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
-			_, err := usage.List(ctx, tx, "acme", "", 10, to, "")
+			_, err := usage.List(ctx, tx, "acme", "", 10, to, "", store.PageQuery{Limit: 100})
 			return err
 		})
 		var e *core.Error
@@ -167,7 +167,7 @@ func TestListChecksTheWindow(t *testing.T) {
 	var got usage.Report
 	if err := s.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
 		var err error
-		got, err = usage.List(ctx, tx, "acme", "", 10, 10+366*day, "")
+		got, err = usage.List(ctx, tx, "acme", "", 10, 10+366*day, "", store.PageQuery{Limit: 100})
 		return err
 	}); err != nil {
 		t.Fatal(err)

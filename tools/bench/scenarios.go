@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
+	"github.com/better-compute/better-compute/store"
 )
 
 // callTimeout bounds one API call; a slower one counts as an error.
@@ -125,7 +126,7 @@ func runScenario(ctx context.Context, t *target, cfg config, name string, progre
 		if err := ensureReservations(ctx, t, cfg.listItems, cfg.clients, progress); err != nil {
 			return res, err
 		}
-		in := map[string]string{"tenantId": t.tenant, "scope": "all"}
+		in := map[string]any{"tenantId": t.tenant, "scope": "all", "limit": store.MaxPageLimit}
 		var probe struct {
 			Items []json.RawMessage `json:"items"`
 		}

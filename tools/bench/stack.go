@@ -243,13 +243,19 @@ func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poo
 
 // poolGPUs sums the GPUs of the pool's nodes, as its owner sees them.
 func poolGPUs(ctx context.Context, admin *api.Client, tenant, poolID string) (int, error) {
-	list, err := nodes.List.Call(ctx, admin, nodes.ListInput{TenantID: tenant, PoolID: poolID})
-	if err != nil {
-		return 0, fmt.Errorf("nodes of pool %s: %w", poolID, err)
-	}
 	gpus := 0
-	for _, n := range list.Items {
-		gpus += n.GPUCount
+	for cursor := ""; ; {
+		list, err := nodes.List.Call(ctx, admin, nodes.ListInput{TenantID: tenant, PoolID: poolID,
+			ListInput: rpc.ListInput{Limit: store.MaxPageLimit, Cursor: cursor}})
+		if err != nil {
+			return 0, fmt.Errorf("nodes of pool %s: %w", poolID, err)
+		}
+		for _, n := range list.Items {
+			gpus += n.GPUCount
+		}
+		if cursor = list.NextCursor; cursor == "" {
+			break
+		}
 	}
 	if gpus == 0 {
 		return 0, fmt.Errorf("pool %s has no GPUs", poolID)
