@@ -88,6 +88,7 @@ type Server struct {
 	engine     *gin.Engine
 	metrics    *metrics
 	admissions singleflight.Group // admissions in flight, by caller session and key (admission.go)
+	temporalRT roundTrips         // /healthz's recent Temporal round trip (health.go)
 }
 
 // maxBody bounds a call's JSON input.

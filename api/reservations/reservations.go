@@ -300,7 +300,7 @@ func (m methods) ensureWorkflow(ctx context.Context, r Reservation) error {
 	default:
 		return nil
 	}
-	p := reservationsact.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, Start: r.Start, End: r.End, Active: active}
+	p := reservationsact.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, PoolID: r.PoolID, Start: r.Start, End: r.End, Active: active}
 	if r.LeaseSeconds != nil {
 		p.LeaseSeconds = *r.LeaseSeconds
 	}
