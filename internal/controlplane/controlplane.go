@@ -61,6 +61,8 @@ type Config struct {
 	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
 	// one year).
 	ReservationMaxAhead time.Duration
+	// PublicURL is the API's base URL as nodes reach it (api.Deps).
+	PublicURL string
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -166,6 +168,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
+		PublicURL: cfg.PublicURL,
 	})
 	if err != nil {
 		return nil, err
