@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/workers/temporalclient"
 )
 
@@ -17,7 +18,9 @@ const ControlPlaneQueue = "control-plane"
 // TemporalConfig says how to reach the Temporal frontend.
 type TemporalConfig = temporalclient.Config
 
-// Dial connects to Temporal and checks that the frontend answers.
+// Dial connects to Temporal and checks that the frontend answers. Its
+// client carries the API caller's identity with updates, and its workers
+// read it (visibility.CallerPropagator).
 func Dial(ctx context.Context, cfg TemporalConfig, logger *slog.Logger) (client.Client, error) {
-	return temporalclient.Dial(ctx, cfg, logger)
+	return temporalclient.Dial(ctx, cfg, logger, visibility.CallerPropagator{})
 }

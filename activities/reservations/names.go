@@ -91,7 +91,10 @@ type WorkflowState struct {
 	End              int64  `json:"end"`
 	LeaseDeadline    int64  `json:"leaseDeadline,omitempty"`
 	ReleaseRequested bool   `json:"releaseRequested"`
-	Cancelled        bool   `json:"cancelled"`
+	// ReleaseRequestedBy is the identity id of the API caller whose
+	// release update the run took (visibility.Caller).
+	ReleaseRequestedBy string `json:"releaseRequestedBy,omitempty"`
+	Cancelled          bool   `json:"cancelled"`
 }
 
 // ExpireResult is what the expiry activity found: Released when the

@@ -6,10 +6,15 @@ import (
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
+	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/internal/testutil"
+	"github.com/better-compute/better-compute/workers"
 )
 
 // The embedded server registers the control plane's search attributes, so
@@ -47,4 +52,50 @@ func TestReservationWorkflowFoundByTenant(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// callerWorkflow answers its "who" update with the caller it was sent by.
+func callerWorkflow(ctx workflow.Context) error {
+	done := false
+	if err := workflow.SetUpdateHandler(ctx, "who", func(ctx workflow.Context) (string, error) {
+		done = true
+		return visibility.Caller(ctx), nil
+	}); err != nil {
+		return err
+	}
+	return workflow.Await(ctx, func() bool { return done })
+}
+
+// The processes' Temporal client (workers.Dial) carries the API caller's
+// identity with an update, and the workflow's update handler reads it.
+func TestUpdateCarriesTheCaller(t *testing.T) {
+	ctx := testContext(t)
+	s := startServer(ctx, t, Options{Namespaces: []string{"better-compute"}, Logger: testLogger()})
+	c, err := workers.Dial(ctx, workers.TemporalConfig{Address: s.FrontendAddr(), Namespace: "better-compute"}, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	w := worker.New(c, "caller-test", worker.Options{})
+	w.RegisterWorkflowWithOptions(callerWorkflow, workflow.RegisterOptions{Name: "callerWorkflow"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "caller-1", TaskQueue: "caller-test"}, "callerWorkflow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.UpdateWorkflow(visibility.WithCaller(ctx, "idn_alice"), client.UpdateWorkflowOptions{
+		WorkflowID: run.GetID(), UpdateName: "who", WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who string
+	if err := h.Get(ctx, &who); err != nil || who != "idn_alice" {
+		t.Fatalf("the update handler saw caller %q (%v), want idn_alice", who, err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
 }

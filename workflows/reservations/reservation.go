@@ -123,6 +123,7 @@ func driveReservation(ctx workflow.Context, p activities.ReservationParams, publ
 		state = "active"
 	}
 	releaseRequested := false
+	releaseRequestedBy := "" // the API caller's identity (visibility.Caller)
 	// activating: the activation activity is in flight. PostgreSQL may show
 	// the row active before this run does, so a release or renew the API
 	// accepted on that row is taken and waits for the activation to land.
@@ -138,7 +139,7 @@ func driveReservation(ctx workflow.Context, p activities.ReservationParams, publ
 
 	if err := workflow.SetQueryHandler(ctx, visibility.QueryState, func() (activities.WorkflowState, error) {
 		return activities.WorkflowState{State: state, Start: p.Start, End: p.End, LeaseDeadline: p.LeaseDeadline,
-			ReleaseRequested: releaseRequested, Cancelled: cancelled}, nil
+			ReleaseRequested: releaseRequested, ReleaseRequestedBy: releaseRequestedBy, Cancelled: cancelled}, nil
 	}); err != nil {
 		return activities.ReservationResult{}, err
 	}
@@ -149,6 +150,7 @@ func driveReservation(ctx workflow.Context, p activities.ReservationParams, publ
 				return 0, err
 			}
 			p.LeaseDeadline = workflow.Now(ctx).UnixMilli() + leaseMs
+			workflow.GetLogger(ctx).Info("lease renewed", "caller", visibility.Caller(ctx), "deadline", p.LeaseDeadline)
 			renewals++
 			changed = true
 			return p.LeaseDeadline, nil
@@ -167,7 +169,8 @@ func driveReservation(ctx workflow.Context, p activities.ReservationParams, publ
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, activities.UpdateRelease,
 		func(ctx workflow.Context) (string, error) {
-			releaseRequested = true
+			releaseRequested, releaseRequestedBy = true, visibility.Caller(ctx)
+			workflow.GetLogger(ctx).Info("release requested", "caller", releaseRequestedBy)
 			if err := workflow.Await(ctx, func() bool { return finished }); err != nil {
 				return "", err
 			}
@@ -184,6 +187,7 @@ func driveReservation(ctx workflow.Context, p activities.ReservationParams, publ
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, activities.UpdateExtend,
 		func(ctx workflow.Context, end int64) (int64, error) {
+			workflow.GetLogger(ctx).Info("extended", "caller", visibility.Caller(ctx), "end", end)
 			p.End = end
 			changed = true
 			return p.End, nil
