@@ -2,6 +2,7 @@ package temporal
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -97,5 +98,21 @@ func TestUpdateCarriesTheCaller(t *testing.T) {
 	}
 	if err := run.Get(ctx, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The doctor's check names the search attributes a namespace lacks.
+func TestMissingSearchAttributes(t *testing.T) {
+	ctx := testContext(t)
+	s := startServer(ctx, t, Options{Namespaces: []string{"registered"}, Logger: testLogger()})
+	c := dial(ctx, t, s.FrontendAddr(), "registered")
+	if missing, err := workers.MissingSearchAttributes(ctx, c, "registered"); err != nil || len(missing) != 0 {
+		t.Fatalf("registered namespace lacks %v (%v)", missing, err)
+	}
+	bare := startServer(ctx, t, Options{Namespaces: []string{"bare"}, SearchAttributes: []string{}, Logger: testLogger()})
+	bc := dial(ctx, t, bare.FrontendAddr(), "bare")
+	missing, err := workers.MissingSearchAttributes(ctx, bc, "bare")
+	if err != nil || !slices.Equal(missing, visibility.Keywords()) {
+		t.Fatalf("a server registering none lacks %v (%v), want %v", missing, err, visibility.Keywords())
 	}
 }
