@@ -34,7 +34,7 @@ func TestJoinTokensCommandLineParses(t *testing.T) {
 }
 
 // shellWords splits a command line of bare and single-quoted words as a
-// POSIX shell does ('\'' being a quote inside a quoted word).
+// POSIX shell does ('\” being a quote inside a quoted word).
 func shellWords(t *testing.T, line string) []string {
 	t.Helper()
 	var words []string
