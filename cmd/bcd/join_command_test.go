@@ -34,7 +34,8 @@ func TestJoinTokensCommandLineParses(t *testing.T) {
 }
 
 // shellWords splits a command line of bare and single-quoted words as a
-// POSIX shell does ('\” being a quote inside a quoted word).
+// POSIX shell does (a backslash outside quotes takes the next character
+// as it is, which is how a quoted word holds a quote).
 func shellWords(t *testing.T, line string) []string {
 	t.Helper()
 	var words []string
