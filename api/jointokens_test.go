@@ -38,7 +38,7 @@ func (e *env) joinTokenStates(tenant, poolID string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, t := range list.Items {
-		if t.Token != "" {
+		if t.Token != "" || t.JoinCommand != "" {
 			e.t.Fatalf("list shows the secret of %s", t.ID)
 		}
 		out[t.ID] = t.State
@@ -59,6 +59,11 @@ func TestJoinTokens(t *testing.T) {
 		!joinTokenPattern.MatchString(one.Token) || one.State != "active" || one.MaxUses != 1 || one.Uses != 0 ||
 		one.ExpiresAt-one.CreatedAt != 24*3600*1000 || one.CreatedBy != e.boot.UserIdentityID || one.RevokedAt != nil {
 		t.Fatalf("create = %+v, %v", one, err)
+	}
+	// The answer carries the command that joins a machine with it; this
+	// server was given no public URL, so the shell fills it in.
+	if want := `bcd node join --api "$BC_API_URL" --token ` + one.Token + " --state-dir " + nodes.JoinStateDir; one.JoinCommand != want {
+		t.Fatalf("joinCommand = %q, want %q", one.JoinCommand, want)
 	}
 	many, err := nodes.CreateJoinToken.Call(ctx, c, nodes.CreateJoinTokenInput{TenantID: "acme", PoolID: p.ID, Name: "rack-7",
 		TTLSeconds: new(int64(600)), MaxUses: new(int64(3))})

@@ -64,6 +64,8 @@ type Deps struct {
 	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
 	// one year).
 	ReservationMaxAhead time.Duration
+	// PublicURL is the API's base URL as nodes reach it (rpc.Deps).
+	PublicURL string
 }
 
 // RouteMounter puts routes on the API's router.
@@ -90,6 +92,7 @@ type Server struct {
 	metrics    *metrics
 	admissions singleflight.Group     // admissions in flight, by caller session and key (admission.go)
 	openapi    func() ([]byte, error) // the OpenAPI document, built once on first use
+	temporalRT roundTrips             // /healthz's recent Temporal round trip (health.go)
 }
 
 // maxBody bounds a call's JSON input.
@@ -119,7 +122,8 @@ func New(deps Deps) (*Server, error) {
 		rootTenant: deps.RootTenant, engine: gin.New(), metrics: newMetrics(deps.Metrics, deps.Store),
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
-		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead}
+		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
+		PublicURL: deps.PublicURL}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

@@ -24,7 +24,9 @@ const (
 	BindingFailed  = "failed"  // a command failed, was skipped, cancelled or expired
 )
 
-func bindKey(reservationID, allocationID string) string {
+// BindKey is the idempotency key of the cdi.expose command of a
+// reservation's allocation.
+func BindKey(reservationID, allocationID string) string {
 	return "bind:" + reservationID + ":" + allocationID
 }
 
@@ -88,7 +90,7 @@ func QueueBindCommands(ctx context.Context, tx Tx, reservationID string, notAfte
 			return err
 		}
 		if _, err := QueueNodeCommand(ctx, tx, NodeCommand{NodeID: a.nodeID, TenantID: a.nodeTenant, Kind: CommandCDIExpose,
-			Args: args, NotAfter: &notAfter, CreatedBy: "reservation:" + reservationID}, bindKey(reservationID, a.id)); err != nil {
+			Args: args, NotAfter: &notAfter, CreatedBy: "reservation:" + reservationID}, BindKey(reservationID, a.id)); err != nil {
 			return err
 		}
 	}
@@ -148,7 +150,7 @@ func queueUnbindCommands(ctx context.Context, tx Tx, reservationID string) error
 	for _, a := range allocs {
 		var bound bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM node_commands WHERE node_id = $1 AND idempotency_key = $2)`,
-			a.nodeID, bindKey(reservationID, a.id)).Scan(&bound); err != nil {
+			a.nodeID, BindKey(reservationID, a.id)).Scan(&bound); err != nil {
 			return err
 		}
 		if !bound {

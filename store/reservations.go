@@ -167,6 +167,7 @@ func PreemptReservation(ctx context.Context, tx Tx, tenantID, id, by string, at 
 // lapses (0 without one).
 type UnstartedReservation struct {
 	TenantID, ID  string
+	PoolID        string
 	Start, End    int64
 	LeaseSeconds  int64
 	Active        bool
@@ -177,7 +178,7 @@ type UnstartedReservation struct {
 // not yet ended) whose workflow start has not been recorded for longer than
 // grace.
 func UnstartedReservations(ctx context.Context, tx Tx, grace time.Duration, limit int) ([]UnstartedReservation, error) {
-	rows, err := tx.Query(ctx, `SELECT tenant_id, id, (extract(epoch FROM starts_at) * 1000)::bigint,
+	rows, err := tx.Query(ctx, `SELECT tenant_id, id, pool_id, (extract(epoch FROM starts_at) * 1000)::bigint,
 			(extract(epoch FROM ends_at) * 1000)::bigint, COALESCE(lease_seconds, 0),
 			state IN ('active', 'expired', 'releasing'),
 			COALESCE((extract(epoch FROM lease_expires_at) * 1000)::bigint, 0)
@@ -190,7 +191,7 @@ func UnstartedReservations(ctx context.Context, tx Tx, grace time.Duration, limi
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnstartedReservation, error) {
 		var u UnstartedReservation
-		return u, r.Scan(&u.TenantID, &u.ID, &u.Start, &u.End, &u.LeaseSeconds, &u.Active, &u.LeaseDeadline)
+		return u, r.Scan(&u.TenantID, &u.ID, &u.PoolID, &u.Start, &u.End, &u.LeaseSeconds, &u.Active, &u.LeaseDeadline)
 	})
 }
 
@@ -198,7 +199,7 @@ func UnstartedReservations(ctx context.Context, tx Tx, grace time.Duration, limi
 // afterID, in id order (a page), whose workflow was started and that were
 // last changed longer than grace ago: those whose workflow must be running.
 func StartedLiveReservations(ctx context.Context, tx Tx, afterID string, grace time.Duration, limit int) ([]UnstartedReservation, error) {
-	rows, err := tx.Query(ctx, `SELECT tenant_id, id, (extract(epoch FROM starts_at) * 1000)::bigint,
+	rows, err := tx.Query(ctx, `SELECT tenant_id, id, pool_id, (extract(epoch FROM starts_at) * 1000)::bigint,
 			(extract(epoch FROM ends_at) * 1000)::bigint, COALESCE(lease_seconds, 0),
 			state IN ('active', 'expired', 'releasing'),
 			COALESCE((extract(epoch FROM lease_expires_at) * 1000)::bigint, 0)
@@ -211,7 +212,7 @@ func StartedLiveReservations(ctx context.Context, tx Tx, afterID string, grace t
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnstartedReservation, error) {
 		var u UnstartedReservation
-		return u, r.Scan(&u.TenantID, &u.ID, &u.Start, &u.End, &u.LeaseSeconds, &u.Active, &u.LeaseDeadline)
+		return u, r.Scan(&u.TenantID, &u.ID, &u.PoolID, &u.Start, &u.End, &u.LeaseSeconds, &u.Active, &u.LeaseDeadline)
 	})
 }
 

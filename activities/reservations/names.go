@@ -8,6 +8,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+
+	"github.com/better-compute/better-compute/activities/visibility"
 )
 
 // Names of the reservation workflows, their updates, signal, activities and
@@ -60,6 +62,9 @@ const (
 type ReservationParams struct {
 	TenantID      string
 	ReservationID string
+	// PoolID is what operators find the workflow by (the PoolId search
+	// attribute); runs started before it was carried have none.
+	PoolID        string
 	Start         int64
 	End           int64
 	LeaseSeconds  int64
@@ -74,6 +79,22 @@ type ReservationParams struct {
 type ReservationResult struct {
 	State  string
 	Reason string
+}
+
+// WorkflowState is what a reservation's workflow answers the state query
+// (visibility.QueryState) with: its state as the run knows it ("placed"
+// until the activation, "active", then how it ended), its window and
+// lease deadline (epoch ms) and what it was asked.
+type WorkflowState struct {
+	State            string `json:"state"`
+	Start            int64  `json:"start"`
+	End              int64  `json:"end"`
+	LeaseDeadline    int64  `json:"leaseDeadline,omitempty"`
+	ReleaseRequested bool   `json:"releaseRequested"`
+	// ReleaseRequestedBy is the identity id of the API caller whose
+	// release update the run took (visibility.Caller).
+	ReleaseRequestedBy string `json:"releaseRequestedBy,omitempty"`
+	Cancelled          bool   `json:"cancelled"`
 }
 
 // ExpireResult is what the expiry activity found: Released when the
@@ -100,10 +121,20 @@ type RowState struct {
 // terminated, cancelled or timed out) is started again from p, so callers
 // start only reservations whose row is live: PostgreSQL is the truth, and
 // a live row needs a running workflow.
+//
+// The run carries the TenantId, PoolId and State search attributes and a
+// memo (activities/visibility), so operators find it in Temporal.
 func StartReservation(ctx context.Context, c client.Client, taskQueue string, p ReservationParams) error {
+	state := "placed"
+	if p.Active {
+		state = "active"
+	}
+	fields := visibility.Fields{TenantID: p.TenantID, PoolID: p.PoolID, State: state}
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       p.ReservationID,
 		TaskQueue:                taskQueue,
+		TypedSearchAttributes:    fields.SearchAttributes(),
+		Memo:                     fields.Memo("reservation"),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, ReservationWorkflowName, p)

@@ -79,7 +79,7 @@ func (r *Reservations) Reconcile(ctx context.Context) (int, error) {
 const DraftMaxAge = time.Hour
 
 func paramsOf(u store.UnstartedReservation) ReservationParams {
-	return ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, Start: u.Start, End: u.End,
+	return ReservationParams{TenantID: u.TenantID, ReservationID: u.ID, PoolID: u.PoolID, Start: u.Start, End: u.End,
 		LeaseSeconds: u.LeaseSeconds, Active: u.Active, LeaseDeadline: u.LeaseDeadline}
 }
 

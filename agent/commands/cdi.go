@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/better-compute/better-compute/agent/protocol"
 )
 
 // CDI (the Container Device Interface, github.com/cncf-tags/container-device-interface)
@@ -21,7 +23,7 @@ import (
 const CDIVersion = "0.6.0"
 
 // DefaultCDIKind is the kind of a spec whose args name none.
-const DefaultCDIKind = "nvidia.com/gpu"
+const DefaultCDIKind = protocol.DefaultCDIKind
 
 // commonDeviceNodes are the device nodes every NVIDIA GPU container needs.
 var commonDeviceNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm"}
@@ -105,7 +107,7 @@ func BuildCDISpec(reservationID, kind string, gpus []int) CDISpec {
 	}
 	spec := CDISpec{Version: CDIVersion, Kind: kind, Devices: make([]CDIDevice, len(gpus))}
 	for i, g := range gpus {
-		spec.Devices[i] = CDIDevice{Name: reservationID + "-" + strconv.Itoa(i), ContainerEdits: CDIContainerEdits{
+		spec.Devices[i] = CDIDevice{Name: protocol.CDIDeviceName(reservationID, i), ContainerEdits: CDIContainerEdits{
 			DeviceNodes: []CDIDeviceNode{{Path: "/dev/nvidia" + strconv.Itoa(g)}}}}
 	}
 	for _, p := range commonDeviceNodes {

@@ -1,5 +1,7 @@
 package protocol
 
+import "strconv"
+
 // CommandKind is what a node command does.
 type CommandKind string
 
@@ -49,4 +51,25 @@ func names[T ~string](values []T) []string {
 		out[i] = string(v)
 	}
 	return out
+}
+
+// DefaultCDIKind is the CDI kind of a cdi.expose command whose args name
+// none.
+const DefaultCDIKind = "nvidia.com/gpu"
+
+// CDIDevice is the fully qualified name ("<kind>=<name>") a container
+// runtime is given for the i-th device of a reservation's cdi.expose spec:
+// the agent names its devices "<reservationId>-<i>", in the order of the
+// command's devices, and the API tells the reservation's user the same
+// names.
+func CDIDevice(kind, reservationID string, i int) string {
+	if kind == "" {
+		kind = DefaultCDIKind
+	}
+	return kind + "=" + CDIDeviceName(reservationID, i)
+}
+
+// CDIDeviceName is the i-th device's name within the spec.
+func CDIDeviceName(reservationID string, i int) string {
+	return reservationID + "-" + strconv.Itoa(i)
 }

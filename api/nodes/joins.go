@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/better-compute/better-compute/api/rpc"
@@ -27,6 +28,36 @@ type JoinToken struct {
 	CreatedBy string `json:"createdBy"`
 	CreatedAt int64  `json:"createdAt"`
 	RevokedAt *int64 `json:"revokedAt,omitempty"`
+	// JoinCommand, with Token, is the command line that joins a machine
+	// with this token: `bcd node join` with the API's public URL
+	// (rpc.Deps.PublicURL, or "$BC_API_URL" for the shell to expand when
+	// the server was given none), the token and the default state
+	// directory.
+	JoinCommand string `json:"joinCommand,omitempty"`
+}
+
+// JoinStateDir is where the join command keeps the node's identity, the
+// state directory `bcd node run` reads after it.
+const JoinStateDir = "/var/lib/bcd"
+
+// JoinCommand is the `bcd node join` command line of a token, each
+// argument quoted for a POSIX shell (the URL placeholder stays
+// expandable).
+func JoinCommand(publicURL, token string) string {
+	api := `"$BC_API_URL"`
+	if publicURL != "" {
+		api = shellQuote(publicURL)
+	}
+	return "bcd node join --api " + api + " --token " + shellQuote(token) + " --state-dir " + shellQuote(JoinStateDir)
+}
+
+// shellQuote quotes s for a POSIX shell unless it is made of characters
+// no shell treats specially.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,:/@%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // JoinTokenList is joinTokens.list's answer: every token of the pool, in
@@ -289,6 +320,7 @@ func (m methods) createJoinToken(ctx context.Context, c *rpc.Call, tx store.Tx, 
 	}
 	out := joinTokenOf(t)
 	out.Token = tok // shown once: this answer is the only place it exists
+	out.JoinCommand = JoinCommand(m.d.PublicURL, tok)
 	return out, nil
 }
 

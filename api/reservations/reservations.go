@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
+	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
@@ -199,11 +200,11 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 // cut), so a workflow that is gone, or does not answer, changes nothing
 // the caller sees. A running one gets the release update and ends; one
 // that refuses it gets the changed signal, and reads the row.
-func (m methods) afterRelease(ctx context.Context, _ *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
+func (m methods) afterRelease(ctx context.Context, c *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
 	if m.d.Temporal == nil {
 		return r, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(visibility.WithCaller(ctx, callerOf(c)), 30*time.Second)
 	defer cancel()
 	h, err := m.d.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: r.ID, UpdateName: reservationsact.UpdateRelease, WaitForStage: client.WorkflowUpdateStageCompleted,
@@ -224,6 +225,14 @@ func (m methods) afterRelease(ctx context.Context, _ *rpc.Call, _ ReservationInp
 	return r, nil
 }
 
+// callerOf is the identity id of the call's caller, "" for none.
+func callerOf(c *rpc.Call) string {
+	if c == nil || c.Caller == nil {
+		return ""
+	}
+	return c.Caller.IdentityID
+}
+
 // signalChanged tells the reservation's workflow its row changed, best
 // effort: a workflow that misses it finds the row when it next wakes.
 func (m methods) signalChanged(ctx context.Context, id string) {
@@ -237,9 +246,9 @@ func (m methods) signalChanged(ctx context.Context, id string) {
 // afterCancel tells the workflow to stop waiting. It is best effort: a
 // workflow that misses the signal finds the reservation cancelled when it
 // tries to activate it.
-func (m methods) afterCancel(ctx context.Context, _ *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
+func (m methods) afterCancel(ctx context.Context, c *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
 	if m.d.Temporal != nil {
-		err := m.d.Temporal.SignalWorkflow(ctx, r.ID, "", reservationsact.SignalCancel, nil)
+		err := m.d.Temporal.SignalWorkflow(visibility.WithCaller(ctx, callerOf(c)), r.ID, "", reservationsact.SignalCancel, nil)
 		var gone *serviceerror.NotFound
 		if err != nil && !errors.As(err, &gone) {
 			m.d.Logger.WarnContext(ctx, "signalling a cancelled reservation's workflow", "reservation", r.ID, "error", err)
@@ -250,9 +259,9 @@ func (m methods) afterCancel(ctx context.Context, _ *rpc.Call, _ ReservationInpu
 
 // afterRenew restarts the lease in the workflow, which owns the timer, and
 // records the new deadline on the row for readers.
-func (m methods) afterRenew(ctx context.Context, _ *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
+func (m methods) afterRenew(ctx context.Context, c *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
 	var deadline int64
-	if err := m.update(ctx, r, reservationsact.UpdateRenew, &deadline); err != nil {
+	if err := m.update(ctx, callerOf(c), r, reservationsact.UpdateRenew, &deadline); err != nil {
 		return Reservation{}, err
 	}
 	if err := m.d.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -274,7 +283,7 @@ func (m methods) extendStarted(ctx context.Context, c *rpc.Call, _ ExtendInput) 
 		return err
 	}
 	var end int64
-	if err := m.update(ctx, r, reservationsact.UpdateExtend, &end, r.End); err != nil {
+	if err := m.update(ctx, callerOf(c), r, reservationsact.UpdateExtend, &end, r.End); err != nil {
 		if ce := core.AsError(err); ce.Code != core.CodeInvalidState { // INVALID_STATE: it already knows
 			m.d.Logger.WarnContext(ctx, "telling a reservation's workflow its new end", "reservation", r.ID, "error", err)
 		}
@@ -308,7 +317,7 @@ func (m methods) ensureWorkflow(ctx context.Context, r Reservation) error {
 	default:
 		return nil
 	}
-	p := reservationsact.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, Start: r.Start, End: r.End, Active: active}
+	p := reservationsact.ReservationParams{TenantID: r.TenantID, ReservationID: r.ID, PoolID: r.PoolID, Start: r.Start, End: r.End, Active: active}
 	if r.LeaseSeconds != nil {
 		p.LeaseSeconds = *r.LeaseSeconds
 	}
@@ -328,12 +337,16 @@ func (m methods) ensureWorkflow(ctx context.Context, r Reservation) error {
 // start may have been lost) and the update sent once more. The workflow's
 // INVALID_STATE rejections come back as INVALID_STATE; a Temporal that
 // cannot be reached is UNAVAILABLE.
-func (m methods) update(ctx context.Context, r Reservation, name string, out any, args ...any) error {
+//
+// caller, the API caller's identity id, travels with the update
+// (visibility.CallerPropagator), so the workflow knows who asked.
+func (m methods) update(ctx context.Context, caller string, r Reservation, name string, out any, args ...any) error {
 	if m.d.Temporal == nil {
 		return core.Errorf(core.CodeUnavailable, "no workflow engine is configured")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	ctx = visibility.WithCaller(ctx, caller)
 	update := func() error {
 		h, err := m.d.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: r.ID, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,

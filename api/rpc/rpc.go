@@ -71,6 +71,10 @@ type Deps struct {
 	// ReservationMaxAhead bounds how far ahead a reservation may start (0:
 	// the reservations domain's default, one year).
 	ReservationMaxAhead time.Duration
+	// PublicURL is the API's base URL as nodes reach it, written into the
+	// `bcd node join` command joinTokens.create answers; "" leaves a
+	// placeholder for the user to fill.
+	PublicURL string
 }
 
 // Resource names a resource of a catalog type ("pool") by its full name.

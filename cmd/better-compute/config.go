@@ -36,6 +36,8 @@ type config struct {
 	// ReservationMaxAhead is how far ahead a reservation may start (a Go
 	// duration).
 	ReservationMaxAhead string
+	// PublicURL is the API's base URL as nodes reach it.
+	PublicURL string
 }
 
 // setting ties one flag to its environment variable.
@@ -65,7 +67,8 @@ func (c *config) settings(withListen bool) []setting {
 			setting{"node-ca-key", "BC_NODE_CA_KEY", "node CA private key (PEM)", &c.NodeCAKey, ""},
 			setting{"agent-listen", "BC_AGENT_LISTEN", "address of the agent listener (mutual TLS); empty: none", &c.AgentListen, ""},
 			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""},
-			setting{"reservation-max-ahead", "BC_RESERVATION_MAX_AHEAD", "how far ahead a reservation may start (a Go duration)", &c.ReservationMaxAhead, "8760h"})
+			setting{"reservation-max-ahead", "BC_RESERVATION_MAX_AHEAD", "how far ahead a reservation may start (a Go duration)", &c.ReservationMaxAhead, "8760h"},
+			setting{"public-url", "BC_PUBLIC_URL", "the API's base URL as nodes reach it, for the join command joinTokens.create answers", &c.PublicURL, ""})
 	}
 	return s
 }

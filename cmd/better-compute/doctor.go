@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,8 @@ import (
 )
 
 // doctorCmd checks configuration and health, naming each finding by its
-// code (catalog.undeclared, catalog.unused, database, migrations, temporal).
+// code (catalog.undeclared, catalog.unused, database, migrations, temporal,
+// temporal.searchAttributes).
 // It exits non-zero when a check fails; warnings alone do not fail it.
 func doctorCmd() *cobra.Command {
 	var cfg config
@@ -69,8 +71,17 @@ func doctorCmd() *cobra.Command {
 			if tc, err := workers.Dial(ctx, cfg.Temporal, logger); err != nil {
 				report("FAIL", "temporal", err.Error())
 			} else {
-				tc.Close()
 				report("OK", "temporal", "frontend "+cfg.Temporal.Address+" answers, namespace "+cfg.Temporal.Namespace)
+				switch missing, err := workers.MissingSearchAttributes(ctx, tc, cfg.Temporal.Namespace); {
+				case err != nil:
+					report("FAIL", "temporal.searchAttributes", err.Error())
+				case len(missing) > 0:
+					report("FAIL", "temporal.searchAttributes", fmt.Sprintf("namespace %s lacks the Keyword search attributes %s: "+
+						"workflow starts are refused until they exist (docs/temporal.md)", cfg.Temporal.Namespace, strings.Join(missing, ", ")))
+				default:
+					report("OK", "temporal.searchAttributes", "defined")
+				}
+				tc.Close()
 			}
 			if failed > 0 {
 				return fmt.Errorf("%d check(s) failed", failed)

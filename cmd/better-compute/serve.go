@@ -85,7 +85,7 @@ func serveCmd() *cobra.Command {
 				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant,
 				Logger: b.logger, RemoteIAM: remote, NodeCA: agents.ca, AgentEndpoint: agents.endpoint,
 				TemporalAddress: cfg.Temporal.Address, TemporalNamespace: cfg.Temporal.Namespace,
-				ReservationMaxAhead: maxAhead,
+				ReservationMaxAhead: maxAhead, PublicURL: cfg.PublicURL,
 			})
 			if err != nil {
 				return err

@@ -23,6 +23,8 @@ import (
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	uioptions "github.com/temporalio/ui-server/v2/server/server_options"
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -34,6 +36,7 @@ import (
 	"go.temporal.io/server/common/primitives"
 	"go.temporal.io/server/temporal"
 
+	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/internal/freeport"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -53,6 +56,11 @@ type Options struct {
 
 	// Namespaces are registered when missing. Default: {"default"}.
 	Namespaces []string
+	// SearchAttributes are the custom Keyword search attributes registered
+	// in every namespace (kept when they exist). Default: the control
+	// plane's, activities/visibility.Keywords, without which its workflow
+	// starts are refused.
+	SearchAttributes []string
 	// NamespaceRetention is the retention of newly registered namespaces.
 	// Default: 7 days. Existing namespaces are left alone.
 	NamespaceRetention time.Duration
@@ -272,6 +280,9 @@ func (o Options) withDefaults() Options {
 	if len(o.Namespaces) == 0 {
 		o.Namespaces = []string{"default"}
 	}
+	if o.SearchAttributes == nil {
+		o.SearchAttributes = visibility.Keywords()
+	}
 	if o.NamespaceRetention == 0 {
 		o.NamespaceRetention = 7 * 24 * time.Hour
 	}
@@ -412,6 +423,37 @@ func (s *Server) awaitReady(ctx context.Context, o Options) error {
 		if err != nil {
 			return fmt.Errorf("wait for namespace %q: %w", ns, err)
 		}
+		if err := addSearchAttributes(ctx, c, ns, o.SearchAttributes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addSearchAttributes registers the Keyword search attributes in the
+// namespace and waits until the frontend's namespace cache knows them: a
+// visibility query naming each is accepted.
+func addSearchAttributes(ctx context.Context, c client.Client, ns string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	attrs := make(map[string]enumspb.IndexedValueType, len(names))
+	clauses := make([]string, len(names))
+	for i, name := range names {
+		attrs[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+		clauses[i] = name + " = ''"
+	}
+	if _, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: ns, SearchAttributes: attrs,
+	}); err != nil {
+		return fmt.Errorf("add search attributes to namespace %q: %w", ns, err)
+	}
+	query := strings.Join(clauses, " AND ")
+	if err := poll(ctx, func(ctx context.Context) error {
+		_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: ns, Query: query})
+		return err
+	}); err != nil {
+		return fmt.Errorf("wait for the search attributes of namespace %q: %w", ns, err)
 	}
 	return nil
 }

@@ -64,6 +64,8 @@ type Config struct {
 	// Metrics, when set, is the registry /metrics serves, so a worker in the
 	// same process (the dev stack's) can add its series; a new one when nil.
 	Metrics *prometheus.Registry
+	// PublicURL is the API's base URL as nodes reach it (api.Deps).
+	PublicURL string
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -173,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
+		PublicURL: cfg.PublicURL,
 	})
 	if err != nil {
 		return nil, err

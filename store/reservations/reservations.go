@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
 	states "github.com/better-compute/better-compute/core/reservations"
@@ -35,17 +36,21 @@ const ResourceType = "reservation"
 
 // Reservation is a reservation as the API answers it.
 type Reservation struct {
-	ID              string            `json:"id"`
-	TenantID        string            `json:"tenantId"`
-	OwnerIdentityID string            `json:"ownerIdentityId"`
-	PoolID          string            `json:"poolId"`
-	ProjectID       string            `json:"projectId,omitempty"`
-	State           string            `json:"state"`
-	Devices         placement.Request `json:"devices"`
-	Start           int64             `json:"start" unit:"epoch-ms"`
-	End             int64             `json:"end" unit:"epoch-ms"` // exclusive
-	Binding         string            `json:"binding"`
-	LeaseSeconds    *int64            `json:"leaseSeconds,omitempty"`
+	ID              string `json:"id"`
+	TenantID        string `json:"tenantId"`
+	OwnerIdentityID string `json:"ownerIdentityId"`
+	PoolID          string `json:"poolId"`
+	ProjectID       string `json:"projectId,omitempty"`
+	State           string `json:"state"`
+	// WorkflowID is the id of the Temporal workflow that drives it (the
+	// reservation id: activities/reservations.StartReservation); drafts
+	// have none.
+	WorkflowID   string            `json:"workflowId,omitempty"`
+	Devices      placement.Request `json:"devices"`
+	Start        int64             `json:"start" unit:"epoch-ms"`
+	End          int64             `json:"end" unit:"epoch-ms"` // exclusive
+	Binding      string            `json:"binding"`
+	LeaseSeconds *int64            `json:"leaseSeconds,omitempty"`
 	// LeaseExpiresAt is when the allocation lease lapses unless renewed
 	// (epoch ms), as of the activation or the last renewal.
 	LeaseExpiresAt *int64          `json:"leaseExpiresAt,omitempty"`
@@ -62,11 +67,20 @@ type Reservation struct {
 	UpdatedAt   int64        `json:"updatedAt"`
 }
 
-// Allocation is one node's share of a reservation.
+// Allocation is one node's share of a reservation. An active
+// reservation's allocations also say how its workload reaches them: the
+// CDI devices the node's agent exposed (what a container runtime is
+// given, e.g. "nvidia.com/gpu=res_x-0") and the node's address.
 type Allocation struct {
 	ID     string   `json:"id"`
 	NodeID string   `json:"nodeId"`
 	Atoms  []string `json:"atoms"`
+	// CDIDevices are the fully qualified CDI names of the spec the node's
+	// cdi.expose command wrote, once it succeeded.
+	CDIDevices []string `json:"cdiDevices,omitempty"`
+	// NodeAddress is the host name the node reported in its latest
+	// inventory (system.hostname).
+	NodeAddress string `json:"nodeAddress,omitempty"`
 }
 
 // Types are the catalog's full names of the types a reservation's
@@ -111,6 +125,9 @@ func scan(row pgx.Row) (Reservation, error) {
 		r.Failure = failure
 	}
 	r.Allocations = []Allocation{}
+	if r.State != string(states.Draft) {
+		r.WorkflowID = r.ID
+	}
 	return r, err
 }
 
@@ -129,8 +146,43 @@ func Load(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Res
 		return r, err
 	}
 	list := []Reservation{r}
-	err = withAllocations(ctx, tx, list)
+	if err = withAllocations(ctx, tx, list); err != nil {
+		return list[0], err
+	}
+	if r.State == string(states.Active) {
+		err = withAccess(ctx, tx, &list[0])
+	}
 	return list[0], err
+}
+
+// withAccess fills in an active reservation's allocations with how its
+// workload reaches them, in the transaction that read the row, so the
+// read decision on the reservation covers them: the names of the CDI
+// devices of each allocation's cdi.expose command that succeeded (the
+// agent names a spec's devices after the command's, in order), and the
+// host name of the node's latest inventory.
+func withAccess(ctx context.Context, tx store.Tx, r *Reservation) error {
+	for i := range r.Allocations {
+		a := &r.Allocations[i]
+		var kind string
+		var devices int
+		err := tx.QueryRow(ctx, `SELECT COALESCE(c.args->>'kind', ''), jsonb_array_length(c.args->'devices')
+			FROM node_commands c WHERE c.node_id = $1 AND c.idempotency_key = $2 AND c.kind = 'cdi.expose'
+				AND c.state = 'succeeded' AND jsonb_typeof(c.args->'devices') = 'array'`,
+			a.NodeID, store.BindKey(r.ID, a.ID)).Scan(&kind, &devices)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		for d := range devices {
+			a.CDIDevices = append(a.CDIDevices, protocol.CDIDevice(kind, r.ID, d))
+		}
+		err = tx.QueryRow(ctx, `SELECT COALESCE(document->'system'->>'hostname', '') FROM node_inventories
+			WHERE node_id = $1 ORDER BY seq DESC LIMIT 1`, a.NodeID).Scan(&a.NodeAddress)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+	}
+	return nil
 }
 
 // withAllocations fills in the reservations' allocations with one query.

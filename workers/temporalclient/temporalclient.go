@@ -14,6 +14,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/workflow"
 )
 
 // Config says how to reach the Temporal frontend.
@@ -25,8 +26,10 @@ type Config struct {
 	TLSCert, TLSKey, TLSCA, TLSServerName string
 }
 
-// Dial connects to Temporal and checks that the frontend answers.
-func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, error) {
+// Dial connects to Temporal and checks that the frontend answers. The
+// propagators carry values of a caller's context in the headers of what
+// the client starts, updates and signals.
+func Dial(ctx context.Context, cfg Config, logger *slog.Logger, propagators ...workflow.ContextPropagator) (client.Client, error) {
 	if cfg.Address == "" || cfg.Namespace == "" {
 		return nil, errors.New("temporal: address and namespace are required")
 	}
@@ -34,6 +37,8 @@ func Dial(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, 
 		HostPort:  cfg.Address,
 		Namespace: cfg.Namespace,
 		Logger:    tlog.NewStructuredLogger(logger),
+
+		ContextPropagators: propagators,
 	}
 	tlsCfg, err := cfg.tlsConfig()
 	if err != nil {

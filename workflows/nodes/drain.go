@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	activities "github.com/better-compute/better-compute/activities/nodes"
+	"github.com/better-compute/better-compute/activities/visibility"
 )
 
 // drainPoll is how often a waiting drain looks again.
@@ -28,7 +29,8 @@ func Register(r worker.Registry, a *activities.Nodes) {
 // holding its atoms (in release mode, after releasing the active ones and
 // cancelling those not begun); at zero the node is marked drained. A step
 // answering -1 means the drain was ended (nodes.uncordon): the workflow
-// stops without marking anything.
+// stops without marking anything. Its state query (visibility.QueryState)
+// answers how many reservations the last step found.
 func NodeDrainWorkflow(ctx workflow.Context, p activities.NodeDrainParams) (string, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		// A release step waits for reservation workflows' release updates.
@@ -36,8 +38,13 @@ func NodeDrainWorkflow(ctx workflow.Context, p activities.NodeDrainParams) (stri
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
 	})
 	var a *activities.Nodes
+	left := -1 // not counted yet
+	if err := workflow.SetQueryHandler(ctx, visibility.QueryState, func() (activities.DrainState, error) {
+		return activities.DrainState{Mode: p.Mode, Left: left}, nil
+	}); err != nil {
+		return "", err
+	}
 	for {
-		var left int
 		if err := workflow.ExecuteActivity(ctx, a.DrainStep, p).Get(ctx, &left); err != nil {
 			return "", err
 		}
@@ -54,7 +61,8 @@ func NodeDrainWorkflow(ctx workflow.Context, p activities.NodeDrainParams) (stri
 			}
 			return "ended", nil
 		}
-		if err := workflow.Sleep(ctx, drainPoll); err != nil {
+		// A timer as Sleep's, with a summary for the UI.
+		if err := workflow.NewTimerWithOptions(ctx, drainPoll, workflow.TimerOptions{Summary: "drain poll"}).Get(ctx, nil); err != nil {
 			return "", err
 		}
 	}

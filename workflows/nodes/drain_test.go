@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	activities "github.com/better-compute/better-compute/activities/nodes"
+	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/internal/temporaltest"
 )
 
@@ -67,5 +68,35 @@ func TestRegisterKeepsThePersistedNames(t *testing.T) {
 	}
 	if got := activities.NodeDrainWorkflowID("node_1"); got != "node_1/drain" {
 		t.Errorf("drain workflow id = %q", got)
+	}
+}
+
+// Between steps, the state query says how many reservations the last one
+// found on the node.
+func TestNodeDrainStateQuery(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetStartTime(t0)
+	Register(env, &activities.Nodes{})
+	steps := []int{3, 0}
+	env.OnActivity(activities.ActivityDrainStep, mock.Anything, mock.Anything).Return(func(context.Context, activities.NodeDrainParams) (int, error) {
+		left := steps[0]
+		steps = steps[1:]
+		return left, nil
+	})
+	env.OnActivity(activities.ActivityMarkDrained, mock.Anything, mock.Anything).Return(true, nil)
+	var between activities.DrainState
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(visibility.QueryState)
+		if err == nil {
+			err = v.Get(&between)
+		}
+		if err != nil {
+			t.Errorf("state query: %v", err)
+		}
+	}, drainPoll/2)
+	env.ExecuteWorkflow(NodeDrainWorkflow, activities.NodeDrainParams{TenantID: "t_1", NodeID: "node_1", Mode: activities.DrainRelease})
+	if between != (activities.DrainState{Mode: activities.DrainRelease, Left: 3}) {
+		t.Fatalf("state between the steps = %+v", between)
 	}
 }

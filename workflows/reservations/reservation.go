@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	activities "github.com/better-compute/better-compute/activities/reservations"
+	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/core"
 )
 
@@ -57,7 +58,59 @@ var reservationMaxRenewals = 500
 // (the row's end has moved), and a cancellation it missed by the
 // activation activity (the row is cancelled). The workflow only
 // orchestrates.
+//
+// It answers the state query (visibility.QueryState) with where it stands,
+// and keeps the State search attribute at its state (runs started before
+// that was added, told apart by the stateSearchAttribute version, do not).
 func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (activities.ReservationResult, error) {
+	// Upserting a search attribute is a command of its own, so a run whose
+	// history predates it replays without.
+	publishes := workflow.GetVersion(ctx, stateSearchAttribute, workflow.DefaultVersion, 1) >= 1
+	published := ""
+	publish := func(state string) {
+		if !publishes || state == "" || state == published {
+			return
+		}
+		if err := workflow.UpsertTypedSearchAttributes(ctx, visibility.SetState(state)); err != nil {
+			workflow.GetLogger(ctx).Warn("could not set the State search attribute", "state", state, "error", err)
+			return
+		}
+		published = state
+	}
+	if p.Active {
+		published = "active" // the start set it
+	} else {
+		published = "placed"
+	}
+	res, err := driveReservation(ctx, p, publish)
+	if err == nil {
+		publish(res.State)
+	}
+	return res, err
+}
+
+// stateSearchAttribute is the change id of the State search attribute's
+// upserts.
+const stateSearchAttribute = "state-search-attribute"
+
+// Timer summaries, as the Temporal UI shows each timer.
+const (
+	summaryAwaitStart    = "await start"
+	summaryAwaitEnd      = "await end"
+	summaryLeaseDeadline = "lease deadline"
+	summaryBindPoll      = "await bind"
+)
+
+// awaitFor waits until cond holds or d passes, on a timer the UI names
+// summary.
+func awaitFor(ctx workflow.Context, d time.Duration, summary string, cond func() bool) error {
+	_, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: d, TimerOptions: workflow.TimerOptions{Summary: summary}}, cond)
+	return err
+}
+
+// driveReservation is ReservationWorkflow's run; publish sets the State
+// search attribute on each transition.
+func driveReservation(ctx workflow.Context, p activities.ReservationParams, publish func(string)) (activities.ReservationResult, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		// Each activity is one short transaction; a worker that dies in one
 		// has it retried on another worker after this long.
@@ -70,6 +123,7 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 		state = "active"
 	}
 	releaseRequested := false
+	releaseRequestedBy := "" // the API caller's identity (visibility.Caller)
 	// activating: the activation activity is in flight. PostgreSQL may show
 	// the row active before this run does, so a release or renew the API
 	// accepted on that row is taken and waits for the activation to land.
@@ -83,12 +137,20 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 	var finishErr error
 	leaseMs := p.LeaseSeconds * 1000
 
+	if err := workflow.SetQueryHandler(ctx, visibility.QueryState, func() (activities.WorkflowState, error) {
+		return activities.WorkflowState{State: state, Start: p.Start, End: p.End, LeaseDeadline: p.LeaseDeadline,
+			ReleaseRequested: releaseRequested, ReleaseRequestedBy: releaseRequestedBy, Cancelled: cancelled}, nil
+	}); err != nil {
+		return activities.ReservationResult{}, err
+	}
+
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, activities.UpdateRenew,
 		func(ctx workflow.Context) (int64, error) {
 			if err := workflow.Await(ctx, func() bool { return state != "placed" }); err != nil {
 				return 0, err
 			}
 			p.LeaseDeadline = workflow.Now(ctx).UnixMilli() + leaseMs
+			workflow.GetLogger(ctx).Info("lease renewed", "caller", visibility.Caller(ctx), "deadline", p.LeaseDeadline)
 			renewals++
 			changed = true
 			return p.LeaseDeadline, nil
@@ -107,7 +169,8 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, activities.UpdateRelease,
 		func(ctx workflow.Context) (string, error) {
-			releaseRequested = true
+			releaseRequested, releaseRequestedBy = true, visibility.Caller(ctx)
+			workflow.GetLogger(ctx).Info("release requested", "caller", releaseRequestedBy)
 			if err := workflow.Await(ctx, func() bool { return finished }); err != nil {
 				return "", err
 			}
@@ -124,6 +187,7 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, activities.UpdateExtend,
 		func(ctx workflow.Context, end int64) (int64, error) {
+			workflow.GetLogger(ctx).Info("extended", "caller", visibility.Caller(ctx), "end", end)
 			p.End = end
 			changed = true
 			return p.End, nil
@@ -210,11 +274,11 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 			if wait <= 0 {
 				break
 			}
-			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return cancelled || rowChanged }); err != nil {
+			if err := awaitFor(ctx, wait, summaryAwaitStart, func() bool { return cancelled || rowChanged }); err != nil {
 				return activities.ReservationResult{}, err
 			}
 		}
-		if res, done, err := bind(ctx, p, &cancelled); done || err != nil {
+		if res, done, err := bind(ctx, p, &cancelled, publish); done || err != nil {
 			if err == nil && res.State != "cancelled" && res.Reason == "" {
 				// Ended outside this run while it bound: read why.
 				res, _, err = readRow()
@@ -240,6 +304,7 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 			return res, err
 		}
 		state = "active"
+		publish(state)
 		p.Active = true
 		if leaseMs > 0 {
 			p.LeaseDeadline = workflow.Now(ctx).UnixMilli() + leaseMs
@@ -284,12 +349,14 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 			}
 			return activities.ReservationResult{}, workflow.NewContinueAsNewError(ctx, activities.ReservationWorkflowName, p)
 		}
-		wait := untilMs(now, p.End)
+		wait, summary := untilMs(now, p.End), summaryAwaitEnd
 		if leaseMs > 0 {
-			wait = min(wait, untilMs(now, p.LeaseDeadline))
+			if lease := untilMs(now, p.LeaseDeadline); lease < wait {
+				wait, summary = lease, summaryLeaseDeadline
+			}
 		}
 		changed = false
-		if _, err := workflow.AwaitWithTimeout(ctx, wait,
+		if err := awaitFor(ctx, wait, summary,
 			func() bool { return releaseRequested || changed || rowChanged }); err != nil {
 			return activities.ReservationResult{}, err
 		}
@@ -301,7 +368,7 @@ func ReservationWorkflow(ctx workflow.Context, p activities.ReservationParams) (
 // that the run ends here: cancelled meanwhile, or failed (a command failed,
 // or the bind timeout passed), in which case the reservation is failed and
 // its atoms freed.
-func bind(ctx workflow.Context, p activities.ReservationParams, cancelled *bool) (res activities.ReservationResult, done bool, err error) {
+func bind(ctx workflow.Context, p activities.ReservationParams, cancelled *bool, publish func(string)) (res activities.ReservationResult, done bool, err error) {
 	var a *activities.Reservations
 	timeout := p.BindTimeout
 	if timeout <= 0 {
@@ -317,6 +384,7 @@ func bind(ctx workflow.Context, p activities.ReservationParams, cancelled *bool)
 	case "active":
 		return activities.ReservationResult{}, false, nil
 	case "binding":
+		publish(state)
 	default: // ended: failed by Bind (no booking covers now), or outside this run
 		return activities.ReservationResult{State: state}, true, nil
 	}
@@ -345,7 +413,7 @@ func bind(ctx workflow.Context, p activities.ReservationParams, cancelled *bool)
 		if left <= 0 {
 			return fail("bindTimeout")
 		}
-		if _, err := workflow.AwaitWithTimeout(ctx, min(left, bindPoll), func() bool { return *cancelled }); err != nil {
+		if err := awaitFor(ctx, min(left, bindPoll), summaryBindPoll, func() bool { return *cancelled }); err != nil {
 			return activities.ReservationResult{}, true, err
 		}
 	}

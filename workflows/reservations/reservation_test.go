@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	activities "github.com/better-compute/better-compute/activities/reservations"
+	"github.com/better-compute/better-compute/activities/visibility"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -491,4 +493,49 @@ func TestReservationBindOutsideTheBookingFails(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	wantCalls(t, r, activities.ActivityBind+"(failed)", activities.ActivityState)
+}
+
+// The state query answers where the run stands, and each transition sets
+// the State search attribute operators search by.
+func TestReservationStateQueryAndSearchAttribute(t *testing.T) {
+	env, _ := newEnv(t)
+	var published []string
+	// The matcher sees each upsert (testify may match one call more than
+	// once; the workflow never sets the same state twice in a row).
+	env.OnUpsertTypedSearchAttributes(mock.MatchedBy(func(sa temporal.SearchAttributes) bool {
+		v, _ := sa.GetKeyword(temporal.NewSearchAttributeKeyKeyword(visibility.State))
+		if len(published) == 0 || published[len(published)-1] != v {
+			published = append(published, v)
+		}
+		return true
+	})).Return(nil)
+	queried := map[string]activities.WorkflowState{}
+	query := func(at string) {
+		v, err := env.QueryWorkflow(visibility.QueryState)
+		if err != nil {
+			t.Errorf("state query at %s: %v", at, err)
+			return
+		}
+		var st activities.WorkflowState
+		if err := v.Get(&st); err != nil {
+			t.Errorf("state query at %s: %v", at, err)
+		}
+		queried[at] = st
+	}
+	env.RegisterDelayedCallback(func() { query("before start") }, 30*time.Minute)
+	env.RegisterDelayedCallback(func() { query("after start") }, 2*time.Hour)
+	p := params(0)
+	env.ExecuteWorkflow(ReservationWorkflow, p)
+	if res := result(t, env); res.State != "released" {
+		t.Fatalf("result = %+v", res)
+	}
+	if st := queried["before start"]; st.State != "placed" || st.Start != p.Start || st.End != p.End {
+		t.Fatalf("state before the start = %+v", st)
+	}
+	if st := queried["after start"]; st.State != "active" {
+		t.Fatalf("state after the start = %+v", st)
+	}
+	if !reflect.DeepEqual(published, []string{"binding", "active", "released"}) {
+		t.Fatalf("State search attribute set to %v, want binding, active, released", published)
+	}
 }
