@@ -142,14 +142,14 @@ func (m methods) nodes() []rpc.Descriptor {
 			}},
 		&rpc.Method[EventsInput, NodeEventList]{Name: Events, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,
-			// Newest first: the event's millisecond, then id, both descending.
+			// Newest first: the event's microsecond, then id, both descending.
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in EventsInput) (NodeEventList, error) {
 				q, err := in.Page()
 				if err != nil {
 					return NodeEventList{}, err
 				}
 				read, err := domain.Events(ctx, tx, c.TenantID, in.NodeID, q)
-				items, next := rpc.Paged(read, q, func(e NodeEvent) store.Key { return store.Key{At: e.At, ID: e.ID} })
+				items, next := rpc.Paged(read, q, NodeEvent.Key)
 				return NodeEventList{Items: items, NextCursor: next}, err
 			}},
 		&rpc.Method[NodeInput, Node]{Name: Cordon, Action: "compute:nodes:cordon", DecidedOn: "compute-node",

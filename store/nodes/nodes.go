@@ -117,7 +117,13 @@ type Event struct {
 	Type    string         `json:"type"`
 	Message string         `json:"message"`
 	Details map[string]any `json:"details"`
+	// atMicros is At to the microsecond: one ingest writes several events
+	// within a millisecond, and the history keeps their order.
+	atMicros int64
 }
+
+// Key is the event's place in its node's history, for paging.
+func (e Event) Key() store.Key { return store.Key{At: e.atMicros, ID: e.ID} }
 
 // Node event types.
 const (
@@ -298,17 +304,20 @@ func (f Filter) Keep(n Node) bool {
 	return f.Schedulable == nil || n.Schedulable == *f.Schedulable
 }
 
+// microsOf is node_events.at as epoch microseconds, its full precision.
+const microsOf = "(floor(extract(epoch FROM at) * 1000000)::bigint)"
+
 // Events reads the history of the tenant's live node, newest first (the
-// event's millisecond, then id, both descending): the page's rows before
-// its key, plus one.
+// event's microsecond, then id, both descending; Event.Key is the cursor's
+// key): the page's rows before its key, plus one.
 func Events(ctx context.Context, tx store.Tx, tenantID, nodeID string, page store.PageQuery) ([]Event, error) {
 	if _, err := Get(ctx, tx, tenantID, nodeID, false); err != nil {
 		return nil, err
 	}
 	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT id, node_id, at, type, message, details FROM node_events
-		WHERE node_id = $1 AND ($3 OR (`+store.MsOf("at")+`, id) < ($4, $5))
-		ORDER BY `+store.MsOf("at")+` DESC, id DESC LIMIT $2`, nodeID, page.Fetch(), page.First(), after.At, after.ID)
+		WHERE node_id = $1 AND ($3 OR (`+microsOf+`, id) < ($4, $5))
+		ORDER BY `+microsOf+` DESC, id DESC LIMIT $2`, nodeID, page.Fetch(), page.First(), after.At, after.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +328,7 @@ func Events(ctx context.Context, tx store.Tx, tenantID, nodeID string, page stor
 		if err := r.Scan(&e.ID, &e.NodeID, &at, &e.Type, &e.Message, &details); err != nil {
 			return e, err
 		}
-		e.At = at.UnixMilli()
+		e.At, e.atMicros = at.UnixMilli(), at.UnixMicro()
 		return e, json.Unmarshal(details, &e.Details)
 	})
 }
