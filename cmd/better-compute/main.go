@@ -21,7 +21,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(devCmd(), serveCmd(), workerCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd())
+	root.AddCommand(devCmd(), serveCmd(), workerCmd(), temporalCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "better-compute:", err)
 		stop()
