@@ -81,6 +81,9 @@ func startProcess(t *testing.T, name, bin string, env []string, args ...string) 
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		if d := os.Getenv("BC_E2E_KEEP_LOGS"); d != "" {
+			_ = os.WriteFile(filepath.Join(d, name+".log"), []byte(p.out.String()), 0o644)
+		}
 		if t.Failed() {
 			t.Logf("--- output of %s (%v):\n%s", name, p.cmd.ProcessState, tail(p.out.String(), 4000))
 		}

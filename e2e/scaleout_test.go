@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/nodes"
@@ -48,14 +51,23 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, Temporal and the control plane as processes")
 	}
+	began := time.Now()
+	step := func(what string) { t.Logf("%5.1fs %s", time.Since(began).Seconds(), what) }
+	// The two builds link in parallel: linking is mostly one core's work.
+	bcdBuilt := make(chan error, 1)
+	go func() { _, err := bcdBinary(); bcdBuilt <- err }()
 	bc, err := betterComputeBinary()
 	if err != nil {
 		t.Skipf("cannot build better-compute: %v", err)
+	}
+	if err := <-bcdBuilt; err != nil {
+		t.Skipf("cannot build bcd: %v", err)
 	}
 	bcd, err := bcdBinary()
 	if err != nil {
 		t.Skipf("cannot build bcd: %v", err)
 	}
+	step("binaries built")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -67,6 +79,7 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 		"--namespace", devstack.Namespace, "--postgres-url", cluster.URL(fmt.Sprintf("temporal_scaleout_%d", time.Now().UnixNano())))
 	temporalProc.waitFor(t, "namespaces ")
 	temporalAddr := temporalProc.line("frontend ")
+	step("temporal ready at " + temporalAddr)
 
 	// The root admin and the demo tenant's user, as `better-compute iam
 	// bootstrap` makes them.
@@ -123,6 +136,7 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 	poolID := seedScaleFleet(ctx, t, adminOn(0), iamAdmin, catalog, boot)
 	replicas = append(replicas, replica(1))
 	workers := []*process{worker(0), worker(1)}
+	step("two replicas and two workers running")
 
 	// Two agents join through the first replica and hold their sessions
 	// through the load balancer.
@@ -161,6 +175,7 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 		t.Fatalf("%d agent sessions went to the first replica, want 2", n)
 	}
 
+	step("two agents' nodes schedulable")
 	db, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		t.Fatal(err)
@@ -200,6 +215,8 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 		t.Fatalf("%d creates failed over to the surviving replica, want %d", failedOver, len(plan)/4)
 	}
 
+	step(fmt.Sprintf("%d reservations acknowledged, %d after a failover", len(plan), failedOver))
+
 	// The agents' sessions move to the surviving replica.
 	for _, id := range nodeIDs {
 		testutil.Eventually(t, scaleWait, "node "+id+" connected again, through the surviving replica", func() bool {
@@ -214,6 +231,15 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 		t.Fatalf("%d agent sessions went to the surviving replica, want at least 2", n)
 	}
 
+	step("agents reconnected to the surviving replica")
+
+	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: devstack.Namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	explain := func(id string) { explainReservation(ctx, t, db, tc, id) }
+
 	// Every acknowledged reservation gets where it should, seen through
 	// the surviving replica; those to release are released by a call.
 	survivor := userOn(1)
@@ -222,7 +248,7 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 		if r.kind == windowEnds {
 			want = "released"
 		}
-		awaitScaleState(ctx, t, survivor, boot.TenantID, r.id, want)
+		awaitScaleState(ctx, t, survivor, boot.TenantID, r.id, want, explain)
 	}
 	for _, r := range plan {
 		if r.kind != releasedByCall {
@@ -242,6 +268,8 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 			t.Errorf("%s (%s) is %s, endReason %q; want %s, %q", r.id, r.key, got.State, got.EndReason, r.kind.state(), r.kind.endReason())
 		}
 	}
+
+	step("every reservation where it should be")
 
 	// No device is booked twice, each reservation was placed once, and only
 	// the active ones still hold devices.
@@ -281,7 +309,7 @@ type scaleKind int
 
 const (
 	staysActive    scaleKind = iota // an hour long: active at the end
-	windowEnds                      // a few seconds long: released when its window ends
+	windowEnds                      // seconds long: released when its window ends
 	releasedByCall                  // an hour long, then reservations.release
 )
 
@@ -320,7 +348,14 @@ func scalePlan(n int) []scaleReservation {
 			r.gpus = 2
 		}
 		if r.kind == windowEnds {
+			// A window must outlast its activation: one created just
+			// before the kill may wait for Temporal to give up on the dead
+			// worker (up to the activity's 10 s), and a window that ends
+			// before its activation fails the reservation.
 			r.duration = 5
+			if i < n/2 {
+				r.duration = 20
+			}
 		}
 		plan[i] = r
 	}
@@ -354,22 +389,72 @@ func seedScaleFleet(ctx context.Context, t *testing.T, admin *api.Client, iamAdm
 }
 
 // awaitScaleState waits for the reservation to reach want, failing at once
-// if it ends anywhere else.
-func awaitScaleState(ctx context.Context, t *testing.T, c *api.Client, tenant, id, want string) {
+// if it ends anywhere else; on failure, explain tells where it got.
+func awaitScaleState(ctx context.Context, t *testing.T, c *api.Client, tenant, id, want string, explain func(id string)) {
 	t.Helper()
-	testutil.Eventually(t, scaleWait, "reservation "+id+" to be "+want, func() bool {
+	wait, cancel := context.WithTimeout(ctx, scaleWait)
+	defer cancel()
+	var last reservations.Reservation
+	reached := testutil.Until(wait, func() bool {
 		r, err := reservations.Get.Call(ctx, c, reservations.ReservationInput{TenantID: tenant, ReservationID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
+		last = r
 		switch r.State {
 		case want:
 			return true
 		case "released", "failed", "cancelled", "expired", "denied":
-			t.Fatalf("reservation %s ended %s (%s), want %s", id, r.State, r.EndReason, want)
+			return true
 		}
 		return false
 	})
+	if !reached || last.State != want {
+		explain(id)
+		t.Fatalf("reservation %s is %s (endReason %q, failure %s) after up to %v, want %s", id, last.State, last.EndReason, last.Failure, scaleWait, want)
+	}
+}
+
+// explainReservation logs a reservation's events and its workflow's
+// pending activities and last history events.
+func explainReservation(ctx context.Context, t *testing.T, db *pgxpool.Pool, tc client.Client, id string) {
+	t.Helper()
+	rows, err := db.Query(ctx, `SELECT type, created_at, data::text FROM events WHERE resource_id = $1 ORDER BY seq`, id)
+	if err == nil {
+		for rows.Next() {
+			var typ, data string
+			var at time.Time
+			if rows.Scan(&typ, &at, &data) == nil {
+				t.Logf("%s event %s at %s: %s", id, typ, at.Format(time.StampMilli), data)
+			}
+		}
+		rows.Close()
+	}
+	desc, err := tc.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		t.Logf("%s workflow: %v", id, err)
+		return
+	}
+	t.Logf("%s workflow %v, pending workflow task %v", id, desc.GetWorkflowExecutionInfo().GetStatus(), desc.GetPendingWorkflowTask())
+	for _, a := range desc.GetPendingActivities() {
+		t.Logf("%s pending activity %s: state %v, attempt %d, last failure %v, worker %s", id, a.GetActivityType().GetName(),
+			a.GetState(), a.GetAttempt(), a.GetLastFailure(), a.GetLastWorkerIdentity())
+	}
+	it := tc.GetWorkflowHistory(ctx, id, "", false, 0)
+	var events []string
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			break
+		}
+		events = append(events, fmt.Sprintf("%d %s %s", e.GetEventId(), e.GetEventTime().AsTime().Format(time.StampMilli), e.GetEventType()))
+	}
+	if len(events) > 30 {
+		events = events[len(events)-30:]
+	}
+	for _, e := range events {
+		t.Logf("%s history: %s", id, e)
+	}
 }
 
 func sessionEpoch(ctx context.Context, t *testing.T, db *pgxpool.Pool, nodeID string) int64 {
