@@ -186,12 +186,27 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 		epochs[id] = sessionEpoch(ctx, t, db, id)
 	}
 
+	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: devstack.Namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	explain := func(id string) { explainReservation(ctx, t, db, tc, id) }
+
 	// Twelve reservations, in turn through each replica; the first replica
-	// and the first worker die after the sixth.
+	// and the first worker die after the sixth, once those six are active
+	// (their windows, leases and releases still ahead): a node command's
+	// result that dies with its replica is not delivered again (its seq is
+	// at or below the agent's lastExecutedSeq), so a binding caught by the
+	// kill would wait out the bind timeout (5 min).
 	plan := scalePlan(12)
 	failedOver := 0
 	for i := range plan {
 		if i == len(plan)/2 {
+			for _, r := range plan[:i] {
+				awaitScaleState(ctx, t, userOn(1), boot.TenantID, r.id, "active", explain)
+			}
+			step("the first six reservations active; killing replica 0 and worker 0")
 			replicas[0].kill9(t)
 			workers[0].kill9(t)
 		}
@@ -232,13 +247,6 @@ func TestScaleOutSurvivesAKilledReplicaAndWorker(t *testing.T) {
 	}
 
 	step("agents reconnected to the surviving replica")
-
-	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: devstack.Namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	explain := func(id string) { explainReservation(ctx, t, db, tc, id) }
 
 	// Every acknowledged reservation gets where it should, seen through
 	// the surviving replica; those to release are released by a call.
@@ -348,10 +356,9 @@ func scalePlan(n int) []scaleReservation {
 			r.gpus = 2
 		}
 		if r.kind == windowEnds {
-			// A window must outlast its activation: one created just
-			// before the kill may wait for Temporal to give up on the dead
-			// worker (up to the activity's 10 s), and a window that ends
-			// before its activation fails the reservation.
+			// One of the first half must still be active when the test
+			// has seen the whole first half active; one of the second half
+			// ends while the test waits anyway.
 			r.duration = 5
 			if i < n/2 {
 				r.duration = 20
