@@ -437,6 +437,18 @@ func explainReservation(ctx context.Context, t *testing.T, db *pgxpool.Pool, tc 
 		}
 		rows.Close()
 	}
+	cmds, err := db.Query(ctx, `SELECT c.node_id, c.seq, c.kind, c.state, c.idempotency_key FROM node_commands c
+		WHERE c.idempotency_key LIKE '%:' || $1 || ':%' ORDER BY c.seq`, id)
+	if err == nil {
+		for cmds.Next() {
+			var node, kind, state, key string
+			var seq int64
+			if cmds.Scan(&node, &seq, &kind, &state, &key) == nil {
+				t.Logf("%s node command %s #%d %s: %s (%s)", id, node, seq, kind, state, key)
+			}
+		}
+		cmds.Close()
+	}
 	desc, err := tc.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
 		t.Logf("%s workflow: %v", id, err)
