@@ -81,6 +81,8 @@ func startProcess(t *testing.T, name, bin string, env []string, args ...string) 
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		// BC_E2E_KEEP_LOGS names a directory that keeps every process's
+		// whole output, for chasing a failure that happens once in a while.
 		if d := os.Getenv("BC_E2E_KEEP_LOGS"); d != "" {
 			_ = os.WriteFile(filepath.Join(d, name+".log"), []byte(p.out.String()), 0o644)
 		}
