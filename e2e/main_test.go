@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/deploy/devstack"
+	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workers"
 )
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	testenv.Main(m) // the scale-out test's PostgreSQL is the harness's
 }
 
 func runWorker(databaseURL, temporalAddr string) error {
