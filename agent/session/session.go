@@ -199,10 +199,18 @@ type runner struct {
 	q   *queue
 	mu  sync.Mutex
 	cur *conn // the live session
-	// unsent are results no session took yet: sent after the next welcome
-	// (recording a result is idempotent on the server).
+	// unsent are results no session took yet: sent after the next welcome.
 	unsent []protocol.Result
+	// sent are the latest results a session took (at most resentResults):
+	// a written frame is not a recorded one (the server may die before it
+	// reads it, and never redelivers a command at or below the hello's
+	// lastExecutedSeq), so each new session gets them again. Recording a
+	// result is idempotent on the server.
+	sent []protocol.Result
 }
+
+// resentResults bounds the results sent again after every welcome.
+const resentResults = 64
 
 // result sends a command's result on the live session, or keeps it for
 // the next.
@@ -211,21 +219,37 @@ func (r *runner) result(f protocol.Result) {
 	defer r.mu.Unlock()
 	if r.cur != nil && len(r.unsent) == 0 {
 		if err := r.cur.send(f); err == nil {
+			r.keepSent(f)
 			return
 		}
 	}
 	r.unsent = append(r.unsent, f)
 }
 
-// attach makes c the live session and sends it the results kept.
+// keepSent remembers f as sent, dropping the oldest beyond resentResults.
+func (r *runner) keepSent(f protocol.Result) {
+	r.sent = append(r.sent, f)
+	if over := len(r.sent) - resentResults; over > 0 {
+		r.sent = append(r.sent[:0], r.sent[over:]...)
+	}
+}
+
+// attach makes c the live session and sends it the latest results sent
+// before, then the results kept.
 func (r *runner) attach(c *conn) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cur = c
+	for _, f := range r.sent {
+		if err := c.send(f); err != nil {
+			return err
+		}
+	}
 	for len(r.unsent) > 0 {
 		if err := c.send(r.unsent[0]); err != nil {
 			return err
 		}
+		r.keepSent(r.unsent[0])
 		r.unsent = r.unsent[1:]
 	}
 	return nil
