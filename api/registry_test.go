@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"regexp/syntax"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/openapi"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
@@ -196,7 +196,10 @@ func sample(t *testing.T, p map[string]any) any {
 	case "string":
 		s := ""
 		if pat, ok := p["pattern"].(string); ok {
-			s = matching(t, pat)
+			var err error
+			if s, err = openapi.ShortestMatch(pat); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for n := num(p["minLength"]); float64(len([]rune(s))) < n; {
 			s += "a"
@@ -211,41 +214,6 @@ func sample(t *testing.T, p map[string]any) any {
 		return false
 	}
 	return nil
-}
-
-// matching is the shortest string a regular expression matches, taking the
-// first choice of every class and alternation.
-func matching(t *testing.T, pattern string) string {
-	re, err := syntax.Parse(pattern, syntax.Perl)
-	if err != nil {
-		t.Fatalf("pattern %q: %v", pattern, err)
-	}
-	var b strings.Builder
-	var walk func(*syntax.Regexp)
-	walk = func(r *syntax.Regexp) {
-		switch r.Op {
-		case syntax.OpLiteral:
-			b.WriteString(string(r.Rune))
-		case syntax.OpCharClass:
-			b.WriteRune(r.Rune[0])
-		case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
-			b.WriteRune('a')
-		case syntax.OpCapture, syntax.OpConcat:
-			for _, s := range r.Sub {
-				walk(s)
-			}
-		case syntax.OpAlternate:
-			walk(r.Sub[0])
-		case syntax.OpPlus:
-			walk(r.Sub[0])
-		case syntax.OpRepeat:
-			for range r.Min {
-				walk(r.Sub[0])
-			}
-		}
-	}
-	walk(re)
-	return b.String()
 }
 
 func typesOf(p map[string]any) []string {

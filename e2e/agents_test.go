@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -25,19 +24,7 @@ import (
 )
 
 // bcdBinary builds cmd/bcd once per test binary.
-var bcdBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "bc-e2e-bcd-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "bcd")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/bcd")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/bcd: %w: %s", err, out)
-	}
-	return bin, nil
-})
+var bcdBinary = sync.OnceValues(func() (string, error) { return buildBinary("bcd") })
 
 // agent is one `bcd node` of the test, a real process.
 type agent struct {

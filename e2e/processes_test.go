@@ -18,19 +18,22 @@ import (
 )
 
 // betterComputeBinary builds cmd/better-compute once per test binary.
-var betterComputeBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "bc-e2e-better-compute-")
+var betterComputeBinary = sync.OnceValues(func() (string, error) { return buildBinary("better-compute") })
+
+// buildBinary builds ./cmd/<name> into a fresh temporary directory.
+func buildBinary(name string) (string, error) {
+	dir, err := os.MkdirTemp("", "bc-e2e-"+name+"-")
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "better-compute")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/better-compute")
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/better-compute: %w: %s", err, out)
+		return "", fmt.Errorf("go build ./cmd/%s: %w: %s", name, err, out)
 	}
 	return bin, nil
-})
+}
 
 // processWait bounds the wait for a process to say it is ready.
 const processWait = time.Minute

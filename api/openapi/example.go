@@ -49,7 +49,7 @@ func Example(schema map[string]any) (any, error) {
 		s := ""
 		if pattern, ok := schema["pattern"].(string); ok {
 			var err error
-			if s, err = shortestMatch(pattern); err != nil {
+			if s, err = ShortestMatch(pattern); err != nil {
 				return nil, err
 			}
 		}
@@ -95,9 +95,9 @@ func number(v any) float64 {
 	return 0
 }
 
-// shortestMatch is the shortest string a regular expression matches,
+// ShortestMatch is the shortest string a regular expression matches,
 // taking the first choice of every class and alternation.
-func shortestMatch(pattern string) (string, error) {
+func ShortestMatch(pattern string) (string, error) {
 	re, err := syntax.Parse(pattern, syntax.Perl)
 	if err != nil {
 		return "", fmt.Errorf("pattern %q: %w", pattern, err)
