@@ -450,3 +450,18 @@ func parseLog(r io.Reader) ([]float64, error) {
 	}
 	return out, sc.Err()
 }
+
+// noFloorReason says why a scenario has no floor script.
+func noFloorReason(name string) string {
+	switch name {
+	case "gin":
+		return "none: gin is itself get's yardstick (get's ratio gin tps)"
+	case "activate":
+		return "none: create -> active waits on the workflow, not on commits (compare it with -compare)"
+	case "capacity":
+		return "none: its goal is a p50"
+	case "agents":
+		return "none: agentload measures the API process's CPU and memory"
+	}
+	return "no floor script for " + name
+}

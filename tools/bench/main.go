@@ -6,6 +6,13 @@
 //	go run ./tools/bench                          # embedded stack in a temp dir
 //	go run ./tools/bench -duration 3s -clients 8 -scenarios create,get
 //	go run ./tools/bench -api URL -token T -tenant ID -pool ID [-db URL]
+//	go run ./tools/bench -json new.json -compare old.json -cpuprofile cpu.pprof
+//	go run ./tools/bench -scenarios agents -agents 10000 -agents-duration 2m
+//
+// Each row carries the goal the performance work set for it (goals.go) and
+// whether this run met it; a missed goal is reported, not a failure. The
+// run fails only on a broken invariant (a wrong placed count, a wrong
+// capacity answer).
 package main
 
 import (
@@ -39,11 +46,36 @@ type config struct {
 	listItems       int
 	noFloor         bool
 	verbose         bool
+	capacityNodes   int
+	agents          int
+	agentsDuration  time.Duration
+	activatePoll    time.Duration
+	compareFile     string
+	cpuProfile      string
+	memProfile      string
 }
 
 // allScenarios in the order they run: create first, so get and list find
-// its reservations.
-var allScenarios = []string{"create", "get", "list", "contention"}
+// its reservations; gin right after get, so both are measured under the
+// same conditions; capacity after the scenarios its 2,000 nodes could
+// disturb; agents last, as it starts a stack of its own.
+var allScenarios = []string{"create", "get", "gin", "list", "contention", "activate", "capacity", "agents"}
+
+// defaultScenarios leave out agents: 10,000 sessions take minutes to ramp
+// and hold.
+var defaultScenarios = []string{"create", "get", "gin", "list", "contention", "activate", "capacity"}
+
+const scenarioHelp = `comma list of scenarios, run in this order:
+  create      reservations.create, windows a day ahead (admission + workflow start)
+  get         reservations.get of the run's reservations
+  gin         a bare gin JSON handler of get's shape in this process (get's "ratio gin tps" is over it)
+  list        reservations.list, scope all, a page of -list-items
+  contention  -contention-calls creates at once for the last 8 GPUs of a pool (embedded stack only)
+  activate    creates starting now, polled with reservations.get until active (create -> active latency)
+  capacity    capacity.summary over -capacity-nodes bulk-inserted 8-GPU nodes (embedded stack only)
+  agents      go run ./tools/agentload -agents N: a stack of its own; slow (ramp at 250/s, then
+              -agents-duration), so not in the default list
+`
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -53,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.clients, "clients", 16, "concurrent clients per scenario")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long each scenario runs (ignored with -requests)")
 	fs.IntVar(&c.requests, "requests", 0, "calls per scenario instead of a duration")
-	fs.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma list of scenarios: "+strings.Join(allScenarios, ", "))
+	fs.StringVar(&scenarios, "scenarios", strings.Join(defaultScenarios, ","), scenarioHelp)
 	fs.StringVar(&c.jsonFile, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&c.apiURL, "api", "", "target an existing deployment at this URL instead of an embedded stack")
 	fs.StringVar(&c.token, "token", "", "bearer token of the calling tenant user (with -api)")
@@ -65,6 +97,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.listItems, "list-items", 500, "reservations that exist before the list scenario")
 	fs.BoolVar(&c.noFloor, "no-floor", false, "skip the pgbench floor")
 	fs.BoolVar(&c.verbose, "v", false, "show the embedded stack's logs")
+	fs.IntVar(&c.capacityNodes, "capacity-nodes", 2000, "8-GPU nodes bulk-inserted into a pool of their own (capacity)")
+	fs.IntVar(&c.agents, "agents", 10000, "simulated agents (agents)")
+	fs.DurationVar(&c.agentsDuration, "agents-duration", time.Minute, "how long agentload holds the sessions once all are started (agents)")
+	fs.DurationVar(&c.activatePoll, "activate-poll", 10*time.Millisecond, "interval between reservations.get polls (activate)")
+	fs.StringVar(&c.compareFile, "compare", "", "a -json file of an earlier run: print each scenario beside it, with the change in %")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the embedded API and worker) over the scenarios' measured runs, setup left out; samples carry a scenario label (-tagfocus scenario=get)")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write the allocations this process made during the scenarios' measured runs (a heap profile delta: -sample_index=alloc_space)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -89,6 +128,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-api needs -token, -tenant and -pool")
 	case c.contentionCalls < 9:
 		return c, errors.New("-contention-calls must exceed the 8 free GPUs")
+	case c.capacityNodes < 1:
+		return c, errors.New("-capacity-nodes must be at least 1")
+	case c.agents < 1:
+		return c, errors.New("-agents must be at least 1")
+	case c.agentsDuration < time.Second:
+		return c, errors.New("-agents-duration must be at least 1s")
+	case c.activatePoll <= 0:
+		return c, errors.New("-activate-poll must be positive")
 	}
 	return c, nil
 }
@@ -124,6 +171,14 @@ func main() {
 // scenario and its floor, and prints the report.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	progress := func(format string, args ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", args...) }
+	var old *report
+	if cfg.compareFile != "" {
+		r, err := readReport(cfg.compareFile)
+		if err != nil {
+			return err
+		}
+		old = &r
+	}
 	var t *target
 	if cfg.apiURL != "" {
 		t = externalTarget(cfg)
@@ -151,7 +206,11 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		defer fl.close(context.WithoutCancel(ctx))
 	}
 
-	rep := report{Env: environment(), Config: reportConfig(cfg, t)}
+	prof := &profiler{}
+	if cfg.cpuProfile != "" || cfg.memProfile != "" {
+		prof = newProfiler(cfg.cpuProfile != "", cfg.memProfile != "")
+	}
+	rep := report{Version: reportVersion, Env: environment(), Config: reportConfig(cfg, t)}
 	if fl != nil {
 		rep.Env.Postgres = fl.version
 	}
@@ -160,12 +219,15 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			return err
 		}
 		progress("scenario %s", name)
-		res, err := runScenario(ctx, t, cfg, name, progress)
+		res, err := runScenario(ctx, t, cfg, name, prof, progress)
 		if err != nil {
 			return fmt.Errorf("scenario %s: %w", name, err)
 		}
 		if res.Skipped == "" {
+			_, hasFloor := floorScripts[name]
 			switch {
+			case !hasFloor:
+				res.FloorSkipped = noFloorReason(name)
 			case fl == nil && cfg.noFloor:
 				res.FloorSkipped = "-no-floor"
 			case fl == nil:
@@ -182,13 +244,22 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}
 		rep.Results = append(rep.Results, res)
 	}
+	relate(rep.Results)
+	evaluateGoals(rep.Results)
 	fmt.Fprint(stdout, formatTable(rep.Results))
 	fmt.Fprint(stdout, formatNotes(rep.Results))
+	if old != nil {
+		fmt.Fprintf(stdout, "\ncompared with %s (%s, commit %s):\n", cfg.compareFile, old.Env.Started, orDefault(old.Env.GitCommit, "unknown"))
+		fmt.Fprint(stdout, formatCompare(old.Results, rep.Results))
+	}
 	if cfg.jsonFile != "" {
 		if err := writeJSON(cfg.jsonFile, rep); err != nil {
 			return err
 		}
 		progress("wrote %s", cfg.jsonFile)
+	}
+	if err := prof.write(cfg.cpuProfile, cfg.memProfile); err != nil {
+		return err
 	}
 	for _, r := range rep.Results {
 		if r.Violation != "" {

@@ -40,6 +40,39 @@ type result struct {
 	// calls/s over the floor's tps (the share of the floor reached).
 	RatioP50        float64 `json:"ratioP50,omitempty"`
 	RatioThroughput float64 `json:"ratioThroughput,omitempty"`
+	// RatioGin (get only) is get's calls/s over the gin scenario's: the
+	// share of a bare gin JSON handler's throughput reached.
+	RatioGin float64 `json:"ratioGinThroughput,omitempty"`
+
+	// CreateCall (activate) is the create call's own latency; the row's
+	// latencies are create -> active.
+	CreateCall *latencies `json:"createCall,omitempty"`
+	// Agents is what agentload measured (agents).
+	Agents *agentsResult `json:"agents,omitempty"`
+
+	// Goal is the target set for the scenario; GoalMet whether this run
+	// met it (absent: not evaluated, GoalNote says why); GoalNote the
+	// figures the verdict rests on.
+	Goal     string `json:"goal,omitempty"`
+	GoalMet  *bool  `json:"goalMet,omitempty"`
+	GoalNote string `json:"goalNote,omitempty"`
+}
+
+// latencies summarizes a set of durations.
+type latencies struct {
+	Count  int     `json:"count"`
+	MeanMs float64 `json:"meanMs"`
+	P50Ms  float64 `json:"p50Ms"`
+	P99Ms  float64 `json:"p99Ms"`
+}
+
+func summarize(ds []time.Duration) latencies {
+	ms := make([]float64, len(ds))
+	for i, d := range ds {
+		ms[i] = float64(d) / float64(time.Millisecond)
+	}
+	slices.Sort(ms)
+	return latencies{Count: len(ms), MeanMs: mean(ms), P50Ms: percentile(ms, 50), P99Ms: percentile(ms, 99)}
 }
 
 // fill sets the call counts and latency figures of a run.
@@ -54,14 +87,8 @@ func (r *result) fill(run loadRun) {
 	if r.Seconds > 0 {
 		r.CallsPerSec = float64(r.Calls) / r.Seconds
 	}
-	ms := make([]float64, len(run.latencies))
-	for i, d := range run.latencies {
-		ms[i] = float64(d) / float64(time.Millisecond)
-	}
-	slices.Sort(ms)
-	r.MeanMs = mean(ms)
-	r.P50Ms = percentile(ms, 50)
-	r.P99Ms = percentile(ms, 99)
+	l := summarize(run.latencies)
+	r.MeanMs, r.P50Ms, r.P99Ms = l.MeanMs, l.P50Ms, l.P99Ms
 }
 
 func (r *result) setFloor(f floorResult) {
@@ -97,14 +124,14 @@ func mean(v []float64) float64 {
 }
 
 var tableHeader = []string{"scenario", "clients", "calls", "ok", "errors", "calls/s", "p50 ms", "p99 ms",
-	"floor tps", "floor p50 ms", "ratio p50", "ratio tps"}
+	"floor tps", "floor p50 ms", "ratio p50", "ratio tps", "ratio gin tps", "goal"}
 
 // formatTable lays the results out in aligned columns separated by "|".
 func formatTable(results []result) string {
 	rows := [][]string{tableHeader}
 	for _, r := range results {
 		if r.Skipped != "" {
-			rows = append(rows, []string{r.Scenario, "-", "skipped", "-", "-", "-", "-", "-", "-", "-", "-", "-"})
+			rows = append(rows, []string{r.Scenario, "-", "skipped", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", goalCell(r)})
 			continue
 		}
 		row := []string{r.Scenario, fmt.Sprint(r.Clients), fmt.Sprint(r.Calls), fmt.Sprint(r.OK), fmt.Sprint(r.Errors),
@@ -115,38 +142,14 @@ func formatTable(results []result) string {
 		} else {
 			row = append(row, "-", "-", "-", "-")
 		}
-		rows = append(rows, row)
-	}
-	width := make([]int, len(tableHeader))
-	for _, row := range rows {
-		for i, c := range row {
-			width[i] = max(width[i], len(c))
+		if r.RatioGin > 0 {
+			row = append(row, fmt.Sprintf("%.2f", r.RatioGin))
+		} else {
+			row = append(row, "-")
 		}
+		rows = append(rows, append(row, goalCell(r)))
 	}
-	var b strings.Builder
-	line := func(row []string) {
-		for i, c := range row {
-			if i > 0 {
-				b.WriteString(" | ")
-			}
-			if i == 0 {
-				fmt.Fprintf(&b, "%-*s", width[i], c)
-			} else {
-				fmt.Fprintf(&b, "%*s", width[i], c)
-			}
-		}
-		b.WriteString("\n")
-	}
-	line(rows[0])
-	sep := make([]string, len(width))
-	for i, w := range width {
-		sep[i] = strings.Repeat("-", w)
-	}
-	b.WriteString(strings.Join(sep, "-|-") + "\n")
-	for _, row := range rows[1:] {
-		line(row)
-	}
-	return b.String()
+	return alignRows(rows)
 }
 
 // formatNotes says per scenario what the table cannot: skips, outcomes,
@@ -163,6 +166,9 @@ func formatNotes(results []result) string {
 		}
 		if r.Violation != "" {
 			notes = append(notes, "VIOLATION: "+r.Violation)
+		}
+		if r.Goal != "" {
+			notes = append(notes, fmt.Sprintf("goal %s: %s", r.Goal, goalVerdict(r)))
 		}
 		if len(r.ErrorCodes) > 0 {
 			codes := make([]string, 0, len(r.ErrorCodes))
@@ -191,8 +197,15 @@ func formatNotes(results []result) string {
 	return "\n" + b.String()
 }
 
+// reportVersion numbers the JSON document's schema. Fields are only ever
+// added within a version; a renamed or removed field, or one whose meaning
+// changes, takes the next version. Files without a version (written
+// before it existed) have version 1's fields.
+const reportVersion = 1
+
 // report is the JSON document.
 type report struct {
+	Version int          `json:"version"`
 	Env     env          `json:"environment"`
 	Config  configReport `json:"config"`
 	Results []result     `json:"results"`
@@ -256,6 +269,22 @@ func gitCommit() string {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// readReport reads a -json file of an earlier run.
+func readReport(path string) (report, error) {
+	var rep report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rep, err
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return rep, fmt.Errorf("%s: %w", path, err)
+	}
+	if rep.Version > reportVersion {
+		return rep, fmt.Errorf("%s: report version %d is newer than this tool's (%d)", path, rep.Version, reportVersion)
+	}
+	return rep, nil
 }
 
 func writeJSON(path string, rep report) error {

@@ -52,8 +52,8 @@ func drive(ctx context.Context, clients int, duration time.Duration, requests in
 				err := call(cctx, i)
 				d := time.Since(t0)
 				cancel()
-				if ctx.Err() != nil {
-					return // interrupted: the call's result says nothing
+				if ctx.Err() != nil || errors.Is(err, errEnough) {
+					return // interrupted, or done: the call's result says nothing
 				}
 				r.latencies = append(r.latencies, d)
 				if err == nil || classify != nil && classify(err) {
@@ -99,11 +99,17 @@ func noCapacity(err error) bool {
 	return errors.As(err, &e) && e.Code == core.CodeInvalidState && e.Details["reason"] == "noCapacity"
 }
 
-func runScenario(ctx context.Context, t *target, cfg config, name string, progress func(string, ...any)) (result, error) {
+// errEnough, returned by a call, ends its client without counting the
+// call: the scenario has done what it can (activate, out of GPUs to book).
+var errEnough = errors.New("enough calls")
+
+func runScenario(ctx context.Context, t *target, cfg config, name string, prof *profiler, progress func(string, ...any)) (result, error) {
 	res := result{Scenario: name, Clients: cfg.clients}
 	var run loadRun
 	switch name {
 	case "create":
+		prof.begin(name)
+		defer prof.end()
 		run = drive(ctx, cfg.clients, cfg.duration, cfg.requests, func(ctx context.Context, _ int) error {
 			r, err := reservations.Create.Call(ctx, t.user, t.createInput(1))
 			if err == nil {
@@ -117,6 +123,8 @@ func runScenario(ctx context.Context, t *target, cfg config, name string, progre
 			return res, err
 		}
 		ids := t.reservations()
+		prof.begin(name)
+		defer prof.end()
 		run = drive(ctx, cfg.clients, cfg.duration, cfg.requests, func(ctx context.Context, _ int) error {
 			_, err := reservations.Get.Call(ctx, t.user, reservations.ReservationInput{TenantID: t.tenant, ReservationID: ids[rand.IntN(len(ids))]})
 			return err
@@ -139,6 +147,8 @@ func runScenario(ctx context.Context, t *target, cfg config, name string, progre
 			return res, fmt.Errorf("probe: %w", err)
 		}
 		res.Note = fmt.Sprintf("%d items per call", len(probe.Items))
+		prof.begin(name)
+		defer prof.end()
 		run = drive(ctx, cfg.clients, cfg.duration, cfg.requests, func(ctx context.Context, _ int) error {
 			var out struct {
 				Items []json.RawMessage `json:"items"`
@@ -151,7 +161,23 @@ func runScenario(ctx context.Context, t *target, cfg config, name string, progre
 			res.Skipped = "needs the embedded stack (nodes have no public create method)"
 			return res, nil
 		}
-		return contention(ctx, t, cfg, progress)
+		return contention(ctx, t, cfg, prof, progress)
+
+	case "gin":
+		return ginScenario(ctx, t, cfg, prof, progress)
+
+	case "activate":
+		return activate(ctx, t, cfg, prof, progress)
+
+	case "capacity":
+		if t.capacity == nil {
+			res.Skipped = "needs the embedded stack (its nodes are bulk-inserted by SQL)"
+			return res, nil
+		}
+		return capacityScenario(ctx, t, cfg, prof, progress)
+
+	case "agents":
+		return agentsScenario(ctx, cfg, progress)
 	}
 	res.fill(run)
 	return res, nil
@@ -196,7 +222,7 @@ func cmpOr(a, b error) error {
 // contention fires cfg.contentionCalls creates of 1 GPU at once at a pool
 // with exactly 8 free GPUs over the window: exactly 8 must be placed and the
 // rest refused with noCapacity.
-func contention(ctx context.Context, t *target, cfg config, progress func(string, ...any)) (result, error) {
+func contention(ctx context.Context, t *target, cfg config, prof *profiler, progress func(string, ...any)) (result, error) {
 	res := result{Scenario: "contention", Clients: cfg.contentionCalls}
 	poolID, start, err := t.contention(ctx)
 	if err != nil {
@@ -227,7 +253,9 @@ func contention(ctx context.Context, t *target, cfg config, progress func(string
 		return err
 	}
 	go func() { ready.Wait(); close(gate) }()
+	prof.begin("contention")
 	run := drive(ctx, cfg.contentionCalls, 0, cfg.contentionCalls, call, noCapacity)
+	prof.end()
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}

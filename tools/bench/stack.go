@@ -46,6 +46,9 @@ type target struct {
 	// the window to race for; nil when the target cannot (an external
 	// deployment: nodes have no public create method yet).
 	contention func(ctx context.Context) (poolID string, start int64, err error)
+	// capacity makes a pool of n bulk-inserted nodes and says who asks
+	// for its summary; nil against an external deployment (no SQL there).
+	capacity func(ctx context.Context, n int) (capacityTarget, error)
 
 	seq     atomic.Int64
 	mu      sync.Mutex
@@ -208,6 +211,9 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	t.embedded = true
 	t.contention = func(ctx context.Context) (string, int64, error) {
 		return contentionPool(ctx, admin, user, st, types, root, tenant, userWho.Caller.IdentityID, demo.SiteID, t.runID)
+	}
+	t.capacity = func(ctx context.Context, n int) (capacityTarget, error) {
+		return capacityPool(ctx, admin, st, root, demo.SiteID, t.runID, n)
 	}
 	return t, cleanup, nil
 }
