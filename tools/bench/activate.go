@@ -16,20 +16,31 @@ import (
 // reservation starting now (its workflow binds it at once) and polls
 // reservations.get every cfg.activatePoll until it is active. The row's
 // latencies are create -> active; CreateCall is the create call's own.
-// Reservations starting now hold their GPUs for the run, so the scenario
-// ends early once the pool's GPUs are booked (the note says so).
+// On the embedded stack it reserves in a pool of its own whose nodes need
+// no agent to bind (see target.activation). Reservations starting now hold
+// their GPUs for the run, so the scenario ends early once the pool's GPUs
+// are booked (the note says so).
 func activate(ctx context.Context, t *target, cfg config, prof *profiler, progress func(string, ...any)) (result, error) {
 	res := result{Scenario: "activate", Clients: cfg.clients}
-	limit := t.perWindow // the pool's GPUs (one node's worth against -api)
+	poolID, limit := t.pool, t.perWindow // against -api: one node's worth of the -pool
+	if t.activation != nil {
+		progress("adding a pool of %d nodes that bind without an agent", cfg.activateNodes)
+		var err error
+		if poolID, err = t.activation(ctx, cfg.activateNodes); err != nil {
+			return res, fmt.Errorf("activate pool: %w", err)
+		}
+		limit = 8 * cfg.activateNodes
+	}
 	var mu sync.Mutex
 	var createCalls []time.Duration
 	var created []string
 	var full atomic.Bool
+	stuck := map[states.State]int{} // the state a timed-out poll last saw
 	call := func(ctx context.Context, i int) error {
 		if i >= limit || full.Load() {
 			return errEnough
 		}
-		in := reservations.CreateInput{TenantID: t.tenant, PoolID: t.pool, Duration: windowSeconds,
+		in := reservations.CreateInput{TenantID: t.tenant, PoolID: poolID, Duration: windowSeconds,
 			Devices:        placement.Request{Class: placement.ClassGPU, Count: 1},
 			IdempotencyKey: fmt.Sprintf("bench-%s-activate-%d", t.runID, i)}
 		t0 := time.Now()
@@ -55,6 +66,9 @@ func activate(ctx context.Context, t *target, cfg config, prof *profiler, progre
 			}
 			select {
 			case <-ctx.Done():
+				mu.Lock()
+				stuck[state]++
+				mu.Unlock()
 				return ctx.Err()
 			case <-time.After(cfg.activatePoll):
 			}
@@ -77,6 +91,9 @@ func activate(ctx context.Context, t *target, cfg config, prof *profiler, progre
 	res.CreateCall = &cc
 	res.Note = fmt.Sprintf("latencies are create -> active (polled every %s); the create call itself: p50 %.2f ms, p99 %.2f ms",
 		cfg.activatePoll, cc.P50Ms, cc.P99Ms)
+	for state, n := range stuck {
+		res.Note += fmt.Sprintf("; %d timed out while %s", n, state)
+	}
 	if full.Load() || len(run.latencies) >= limit {
 		res.Note += fmt.Sprintf("; ended early: the pool's GPUs were all booked after %d creates", len(createCalls))
 	}

@@ -342,7 +342,8 @@ func TestParseFlags(t *testing.T) {
 	}
 	cfg, err = parseFlags(nil, io.Discard)
 	if err != nil || !slices.Equal(cfg.scenarios, defaultScenarios) || slices.Contains(cfg.scenarios, "agents") ||
-		cfg.agents != 10000 || cfg.agentsDuration != time.Minute || cfg.capacityNodes != 2000 || cfg.activatePoll != 10*time.Millisecond {
+		cfg.agents != 10000 || cfg.agentsDuration != time.Minute || cfg.capacityNodes != 2000 || cfg.activateNodes != 64 ||
+		cfg.activatePoll != 10*time.Millisecond {
 		t.Errorf("defaults = %+v, %v", cfg, err)
 	}
 	cfg, err = parseFlags([]string{"-scenarios", "agents,gin,capacity,activate", "-agents", "500", "-agents-duration", "30s",
@@ -363,6 +364,7 @@ func TestParseFlags(t *testing.T) {
 		{"-agents", "0"},
 		{"-agents-duration", "10ms"},
 		{"-capacity-nodes", "0"},
+		{"-activate-nodes", "0"},
 		{"-activate-poll", "0s"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,7 @@ type config struct {
 	noFloor         bool
 	verbose         bool
 	capacityNodes   int
+	activateNodes   int
 	agents          int
 	agentsDuration  time.Duration
 	activatePoll    time.Duration
@@ -100,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.capacityNodes, "capacity-nodes", 2000, "8-GPU nodes bulk-inserted into a pool of their own (capacity)")
 	fs.IntVar(&c.agents, "agents", 10000, "simulated agents (agents)")
 	fs.DurationVar(&c.agentsDuration, "agents-duration", time.Minute, "how long agentload holds the sessions once all are started (agents)")
+	fs.IntVar(&c.activateNodes, "activate-nodes", 64, "8-GPU nodes of activate's pool: it ends early once all are booked (embedded stack)")
 	fs.DurationVar(&c.activatePoll, "activate-poll", 10*time.Millisecond, "interval between reservations.get polls (activate)")
 	fs.StringVar(&c.compareFile, "compare", "", "a -json file of an earlier run: print each scenario beside it, with the change in %")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the embedded API and worker) over the scenarios' measured runs, setup left out; samples carry a scenario label (-tagfocus scenario=get)")
@@ -112,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if s == "" {
 			continue
 		}
-		if !contains(allScenarios, s) {
+		if !slices.Contains(allScenarios, s) {
 			return c, fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(allScenarios, ", "))
 		}
 		c.scenarios = append(c.scenarios, s)
@@ -130,6 +133,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-contention-calls must exceed the 8 free GPUs")
 	case c.capacityNodes < 1:
 		return c, errors.New("-capacity-nodes must be at least 1")
+	case c.activateNodes < 1:
+		return c, errors.New("-activate-nodes must be at least 1")
 	case c.agents < 1:
 		return c, errors.New("-agents must be at least 1")
 	case c.agentsDuration < time.Second:
@@ -138,15 +143,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-activate-poll must be positive")
 	}
 	return c, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func main() {
@@ -180,9 +176,12 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		old = &r
 	}
 	var t *target
-	if cfg.apiURL != "" {
+	switch {
+	case !slices.ContainsFunc(cfg.scenarios, func(s string) bool { return s != "agents" }):
+		t = &target{} // agentload starts a stack of its own
+	case cfg.apiURL != "":
 		t = externalTarget(cfg)
-	} else {
+	default:
 		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 		if cfg.verbose {
 			logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -46,6 +46,10 @@ type target struct {
 	// the window to race for; nil when the target cannot (an external
 	// deployment: nodes have no public create method yet).
 	contention func(ctx context.Context) (poolID string, start int64, err error)
+	// activation makes a pool of nodes GPUs whose holds bind at once (no
+	// agent to expose them) and returns it; nil against an external
+	// deployment, where activate reserves in the -pool.
+	activation func(ctx context.Context, nodes int) (poolID string, err error)
 	// capacity makes a pool of n bulk-inserted nodes and says who asks
 	// for its summary; nil against an external deployment (no SQL there).
 	capacity func(ctx context.Context, n int) (capacityTarget, error)
@@ -117,6 +121,7 @@ func httpClient(url, token string, conns int) *api.Client {
 const (
 	benchInventory      = "h100-8x-sxm.json"
 	firstBenchNode      = 1001
+	firstActivateNode   = 5001
 	firstContentionNode = 9001
 )
 
@@ -192,7 +197,7 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	}
 	types := nodesdomain.TypesOf(catalog)
 	progress("adding %d simulated 8×H100 nodes to the demo pool %s", cfg.nodes, demo.PoolID)
-	if err := addNodes(ctx, st, types, demo.PoolID, "bench-h100", firstBenchNode, cfg.nodes); err != nil {
+	if err := addNodes(ctx, st, types, demo.PoolID, "bench-h100", firstBenchNode, cfg.nodes, nodestate.AdapterBCD); err != nil {
 		return fail(fmt.Errorf("nodes: %w", err))
 	}
 	gpus, err := poolGPUs(ctx, admin, root, demo.PoolID)
@@ -209,8 +214,19 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 
 	t := newTarget(user, tenant, demo.PoolID, stack.DatabaseURL(), gpus)
 	t.embedded = true
+	op := offeredPools{admin: admin, user: user, st: st, types: types, root: root, tenant: tenant,
+		userID: userWho.Caller.IdentityID, siteID: demo.SiteID, runID: t.runID}
 	t.contention = func(ctx context.Context) (string, int64, error) {
-		return contentionPool(ctx, admin, user, st, types, root, tenant, userWho.Caller.IdentityID, demo.SiteID, t.runID)
+		// 48 hours ahead: apart from every other scenario's windows.
+		start := time.Now().Add(48 * time.Hour).Truncate(time.Hour).UnixMilli()
+		id, err := op.make(ctx, "bench-contention", firstContentionNode, 1, nodestate.AdapterBCD, &start)
+		return id, start, err
+	}
+	t.activation = func(ctx context.Context, nodes int) (string, error) {
+		// Nodes driven by a provider API get no cdi.expose commands:
+		// binding a hold on them is the workflow's own work, with no
+		// agent (the embedded stack runs none) to wait for.
+		return op.make(ctx, "bench-activate", firstActivateNode, nodes, nodestate.AdapterProviderAPI, nil)
 	}
 	t.capacity = func(ctx context.Context, n int) (capacityTarget, error) {
 		return capacityPool(ctx, admin, st, root, demo.SiteID, t.runID, n)
@@ -220,7 +236,7 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 
 // addNodes adds count schedulable copies of the sample 8×H100 machine to
 // pool, each in its own transaction, as devstack's seedDemoNodes does.
-func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poolID, prefix string, first, count int) error {
+func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poolID, prefix string, first, count int, adapter nodestate.Adapter) error {
 	sample, err := inventory.Sample(benchInventory)
 	if err != nil {
 		return err
@@ -232,7 +248,7 @@ func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poo
 		}
 		err = st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 			node, err := nodesdomain.Create(ctx, tx, types, nodesdomain.NewNode{PoolID: poolID, Name: fmt.Sprintf("%s-%d", prefix, n),
-				ProvisionState: nodestate.Deployed, Role: nodestate.RoleHost, Trust: nodestate.TrustPlatform,
+				ProvisionState: nodestate.Deployed, Role: nodestate.RoleHost, Trust: nodestate.TrustPlatform, Adapter: adapter,
 				Power: nodestate.PowerOn, Connectivity: nodestate.Connected, ObservedGeneration: 1})
 			if err != nil {
 				return err
@@ -269,47 +285,55 @@ func poolGPUs(ctx context.Context, admin *api.Client, tenant, poolID string) (in
 	return gpus, nil
 }
 
-// contentionPool makes a second pool in the demo site with exactly one
-// 8-GPU node, offers it to the tenant (a quota far above 8, so refusals are
-// for capacity, not quota), gives the user the "user" relation on it as the
-// demo fleet does, and waits until the tenant sees the 8 GPUs free.
-func contentionPool(ctx context.Context, admin, user *api.Client, st *store.Store, types nodesdomain.Types,
-	root, tenant, userID, siteID, runID string) (string, int64, error) {
-	p, err := pools.Create.Call(ctx, admin, pools.CreateInput{TenantID: root, SiteID: siteID, Name: "bench-contention-" + runID,
+// offeredPools makes pools of the root tenant in the demo site offered to
+// the demo tenant, apart from the demo pool create, get and list use.
+type offeredPools struct {
+	admin, user                         *api.Client
+	st                                  *store.Store
+	types                               nodesdomain.Types
+	root, tenant, userID, siteID, runID string
+}
+
+// make makes a pool named name with count 8-GPU nodes (copies from
+// first on), offers it to the tenant (a quota far above its GPUs, so
+// refusals are for capacity, not quota), gives the user the "user"
+// relation on it as the demo fleet does, and waits until the tenant sees
+// a node's 8 GPUs free for an hour from start (nil: now).
+func (o offeredPools) make(ctx context.Context, name string, first, count int, adapter nodestate.Adapter, start *int64) (string, error) {
+	p, err := pools.Create.Call(ctx, o.admin, pools.CreateInput{TenantID: o.root, SiteID: o.siteID, Name: name + "-" + o.runID,
 		Class: "metal-host", GPUModel: "H100", GPUMemoryGb: 80})
 	if err != nil {
-		return "", 0, fmt.Errorf("pool: %w", err)
+		return "", fmt.Errorf("pool: %w", err)
 	}
-	if _, err := pools.Offer.Call(ctx, admin, pools.OfferInput{TenantID: root, PoolID: p.ID, ToTenantID: tenant,
-		Quota: map[string]int64{placement.ClassGPU: 10000}}); err != nil {
-		return "", 0, fmt.Errorf("offer: %w", err)
+	if _, err := pools.Offer.Call(ctx, o.admin, pools.OfferInput{TenantID: o.root, PoolID: p.ID, ToTenantID: o.tenant,
+		Quota: map[string]int64{placement.ClassGPU: 100000}}); err != nil {
+		return "", fmt.Errorf("offer: %w", err)
 	}
-	if err := addNodes(ctx, st, types, p.ID, "bench-contention", firstContentionNode, 1); err != nil {
-		return "", 0, err
+	if err := addNodes(ctx, o.st, o.types, p.ID, name, first, count, adapter); err != nil {
+		return "", err
 	}
 	catalog, err := core.DefaultCatalog()
 	if err != nil {
-		return "", 0, err
+		return "", err
 	}
-	rel := map[string]string{"tenantId": tenant, "subjectId": userID, "relation": "user",
+	rel := map[string]string{"tenantId": o.tenant, "subjectId": o.userID, "relation": "user",
 		"resourceType": catalog.FullName("pool"), "resourceId": p.ID}
-	if err := iamAdminCall(ctx, admin, "addRelation", rel); err != nil {
-		return "", 0, fmt.Errorf("relation: %w", err)
+	if err := iamAdminCall(ctx, o.admin, "addRelation", rel); err != nil {
+		return "", fmt.Errorf("relation: %w", err)
 	}
-	start := time.Now().Add(48 * time.Hour).Truncate(time.Hour).UnixMilli()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		pv, err := capacity.Preview.Call(ctx, user, capacity.PreviewInput{TenantID: tenant, PoolID: p.ID,
-			Devices: placement.Request{Class: placement.ClassGPU, Count: 8}, Start: &start, Duration: 3600})
+		pv, err := capacity.Preview.Call(ctx, o.user, capacity.PreviewInput{TenantID: o.tenant, PoolID: p.ID,
+			Devices: placement.Request{Class: placement.ClassGPU, Count: 8}, Start: start, Duration: 3600})
 		if err == nil && pv.Fits {
-			return p.ID, start, nil
+			return p.ID, nil
 		}
 		if time.Now().After(deadline) {
-			return "", 0, fmt.Errorf("pool %s never showed 8 free GPUs to %s: %+v, %v", p.ID, tenant, pv, err)
+			return "", fmt.Errorf("pool %s never showed 8 free GPUs to %s: %+v, %v", p.ID, o.tenant, pv, err)
 		}
 		select {
 		case <-ctx.Done():
-			return "", 0, ctx.Err()
+			return "", ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
