@@ -57,7 +57,7 @@ type config struct {
 	memProfile      string
 }
 
-// allScenarios in the order they run: create first, so get and list find
+// allScenarios in the order the default runs them: create first, so get and list find
 // its reservations; gin right after get, so both are measured under the
 // same conditions; capacity after the scenarios its 2,000 nodes could
 // disturb; agents last, as it starts a stack of its own.
@@ -67,7 +67,7 @@ var allScenarios = []string{"create", "get", "gin", "list", "contention", "activ
 // and hold.
 var defaultScenarios = []string{"create", "get", "gin", "list", "contention", "activate", "capacity"}
 
-const scenarioHelp = `comma list of scenarios, run in this order:
+const scenarioHelp = `comma list of scenarios, run in the order given (the default: all but agents, in this order):
   create      reservations.create, windows a day ahead (admission + workflow start)
   get         reservations.get of the run's reservations
   gin         a bare gin JSON handler of get's shape in this process (get's "ratio gin tps" is over it)
