@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,9 +21,9 @@ import (
 // wait in the exclusion constraint for that one's commit, get 23P01 and
 // place again, one request after the other. With it, an atom whose lock
 // is taken is "being booked": the booker leaves it aside and places on the
-// others at once, and waits (for one such atom's lock, so for that
-// booker's commit or rollback) only when nothing else fits; then it reads
-// the free atoms again, which now show that commit.
+// others at once, and waits (for those atoms' locks, so for their
+// bookers' commits or rollbacks) only when nothing else fits; then it
+// reads the free atoms again, which now show those commits.
 //
 // A per-pool placement lock released before the commit would not do: the
 // bookings made under it stay invisible until the commit, so the next
@@ -97,18 +98,24 @@ func beingBooked(ctx context.Context, tx store.Tx, candidates ...[]placement.Nod
 	return busy, nil
 }
 
-// awaitBooking waits until the transaction booking the atom commits or
-// rolls back. It takes the atom's lock shared (waiters do not queue behind
-// each other) inside a savepoint and rolls that back, so it holds nothing
-// afterwards; the caller holds no booking lock of its own while it waits,
-// so it cannot close a cycle with the booker. A deadlock the database
-// breaks (40P01, with another transaction's locks) is errLostRace.
-func awaitBooking(ctx context.Context, tx store.Tx, k atomKey) error {
+// awaitBookings waits until the transactions booking the atoms have all
+// committed or rolled back. It takes the atoms' locks shared (waiters do
+// not queue behind each other), in one statement inside a savepoint, and
+// rolls that back, so it holds nothing afterwards. The caller holds no
+// booking lock of this request while it waits, so it closes no cycle with
+// a booker; a deadlock the database breaks all the same (40P01, with
+// locks a caller's earlier bookings hold) is errLostRace.
+func awaitBookings(ctx context.Context, tx store.Tx, atoms []atomKey) error {
+	keys := make([]int64, len(atoms))
+	for i, k := range atoms {
+		keys[i] = k.lockKey()
+	}
+	slices.Sort(keys)
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = sp.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, k.lockKey())
+	_, err = sp.Exec(ctx, `SELECT count(pg_advisory_xact_lock_shared(k)) FROM unnest($1::bigint[]) AS k`, keys)
 	if rerr := sp.Rollback(ctx); rerr != nil {
 		return rerr
 	}

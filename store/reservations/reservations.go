@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -402,7 +403,8 @@ func Deny(ctx context.Context, tx store.Tx, tenantID, id string) error {
 // SAVEPOINT, each atom under its booking lock (atomlocks.go). An atom
 // another transaction is booking is left aside; a concurrent booking that
 // won (23P01, or a deadlock 40P01) rolls back to the savepoint, and the
-// atoms are read and placed again (after maxPlaceAttempts, UNAVAILABLE:
+// request is placed again without the plan's atoms, and on the atoms read
+// again when nothing else fits (after maxPlaceAttempts, UNAVAILABLE:
 // retry with the same key). Then the tenant's limits are checked
 // (checkLimits) under a per-(tenant, pool) lock held to the commit. On
 // success pending -> placed. A request that only fits on atoms held by
@@ -450,15 +452,24 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 	var (
 		nodes, spotNodes []placement.Node
 		read, spotRead   bool             // nodes (spotNodes) are of this attempt's snapshot
-		busy             map[atomKey]bool // atoms others are booking, left aside
+		busy             map[atomKey]bool // atoms others are booking
+		aside            map[atomKey]bool // busy ones, and those lost to a commit since the read
+		lost             bool             // aside holds atoms lost to a commit
 		probed           bool             // busy holds pg_locks' view, not only failed tries
-		waitFor          []atomKey        // the atoms the last try found busy
 	)
-	// choose places on the free atoms but busy ones (and, when that fails
-	// and r is not spot, on those held only by spot reservations too);
-	// reasons are the plain placement's, as a refusal reports them.
+	setAside := func(keys ...atomKey) {
+		if aside == nil {
+			aside = map[atomKey]bool{}
+		}
+		for _, k := range keys {
+			aside[k] = true
+		}
+	}
+	// choose places on the free atoms but those set aside (and, when that
+	// fails and r is not spot, on those held only by spot reservations
+	// too); reasons are the plain placement's, as a refusal reports them.
 	choose := func() (placement.Plan, []spotVictim, []placement.Reason, error) {
-		plan, reasons := placement.PlaceSpread(req, without(nodes, busy), seed)
+		plan, reasons := placement.PlaceSpread(req, without(nodes, aside), seed)
 		if len(reasons) == 0 || r.Spot {
 			return plan, nil, reasons, nil
 		}
@@ -471,12 +482,24 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 			}
 			spotRead = true
 		}
-		p, rs := placement.PlaceSpread(req, without(spotNodes, busy), seed)
+		p, rs := placement.PlaceSpread(req, without(spotNodes, aside), seed)
 		if len(rs) > 0 {
 			return plan, nil, reasons, nil
 		}
 		victims, err := spotVictims(ctx, tx, p, r.Start, r.End)
 		return p, victims, nil, err
+	}
+	// fitsAll: whether the request fits the atoms read, busy ones
+	// included; when it does not, no booking in flight can make it.
+	fitsAll := func() bool {
+		if _, rs := placement.PlaceSpread(req, nodes, seed); len(rs) == 0 {
+			return true
+		}
+		if r.Spot || !spotRead {
+			return false
+		}
+		_, rs := placement.PlaceSpread(req, spotNodes, seed)
+		return len(rs) == 0
 	}
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
 		if !read {
@@ -484,22 +507,27 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 			if nodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false); err != nil {
 				return err
 			}
-			read, spotRead, busy, probed, waitFor = true, false, nil, false, nil
+			read, spotRead, busy, aside, lost, probed = true, false, nil, nil, false, false
 		}
 		plan, victims, reasons, err := choose()
 		if err != nil {
 			return err
 		}
+		if len(reasons) > 0 && lost {
+			read = false // what was lost may not be all: read again
+			continue
+		}
 		if len(reasons) > 0 {
-			if len(waitFor) == 0 {
+			if len(busy) == 0 || !fitsAll() {
 				// Nothing free fits, and no booking in flight could
 				// change that: refuse at once.
 				return core.Errorf(core.CodeInvalidState, "the request does not fit in pool %s over the window", pool.ID).
 					WithDetails(map[string]any{"reason": "noCapacity", "reasons": reasons, "reservationId": r.ID})
 			}
-			// It fits only on atoms others are booking: wait for one
-			// of them to finish, then read again.
-			if err := awaitBooking(ctx, tx, waitFor[0]); err != nil && !errors.Is(err, errLostRace) {
+			// It fits only with atoms others are booking: wait for
+			// those bookings to end, then read again (once, rather
+			// than once per booking that commits).
+			if err := awaitBookings(ctx, tx, slices.Collect(maps.Keys(busy))); err != nil && !errors.Is(err, errLostRace) {
 				return err
 			}
 			read = false
@@ -508,7 +536,15 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 		taken, err := tryBook(ctx, tx, r, plan, victims)
 		switch {
 		case errors.Is(err, errLostRace):
-			read = false // read the free atoms and place again
+			// A booking committed since the read holds some of the
+			// plan's atoms: place again without them (which of them is
+			// not said), reading again only when nothing else fits.
+			for _, a := range plan.Allocations {
+				for _, atom := range a.Atoms {
+					setAside(atomKey{a.NodeID, atom})
+				}
+			}
+			lost = true
 			continue
 		case err != nil:
 			return err
@@ -521,7 +557,7 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 		for _, k := range taken {
 			busy[k] = true
 		}
-		waitFor = taken
+		setAside(taken...)
 		if !probed {
 			more, err := beingBooked(ctx, tx, nodes, spotNodes)
 			if err != nil {
@@ -529,6 +565,7 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 			}
 			for k := range more {
 				busy[k] = true
+				setAside(k)
 			}
 			probed = true
 		}
