@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/reservations"
@@ -13,7 +15,7 @@ import (
 
 // offeredH100Pool makes acme's H100 pool with n schedulable 8-GPU nodes and
 // offers it to globex with a quota of quota GPUs.
-func offeredH100Pool(t *testing.T, e *env, n int, quota int64) pools.Pool {
+func offeredH100Pool(t testing.TB, e *env, n int, quota int64) pools.Pool {
 	t.Helper()
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{}`)
@@ -97,4 +99,29 @@ func TestReservationsConcurrentCreatesWithRoomAllPlace(t *testing.T) {
 	if got := e.count(`SELECT count(DISTINCT (device_node_id, device_id)) FROM device_bookings WHERE tenant_id = 'globex'`); got != calls {
 		t.Fatalf("%d atoms booked, want %d", got, calls)
 	}
+}
+
+// BenchmarkConcurrentCreates: one tenant's creates of one GPU on an offered
+// pool of 8 nodes, 16 at a time (admission and booking, no workflow
+// engine), each window taking 64 of them so that placement works on
+// partly booked nodes and the pool never runs out.
+func BenchmarkConcurrentCreates(b *testing.B) {
+	e := newEnv(b)
+	p := offeredH100Pool(b, e, 8, 1<<20)
+	g := e.client(e.globex)
+	var seq, failed atomic.Int64
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := seq.Add(1) - 1
+			start := reservationsT0.Add(time.Duration(i/64) * time.Hour)
+			if _, err := reservations.Create.Call(context.Background(), g,
+				reserveInput("globex", p.ID, fmt.Sprintf("bench-%d", i), 1, start, 3600)); err != nil {
+				failed.Add(1)
+				b.Log(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(failed.Load()), "failed")
 }
