@@ -16,6 +16,12 @@
 //   - packing: among the nodes (or domains) that fit, the one with the fewest
 //     free matching atoms wins, so large requests stay placeable; ties are
 //     broken by id, so the same input always gives the same plan.
+//
+// PlaceSpread keeps every rule but breaks the ties (between nodes or
+// domains of equal free atoms, and between the atoms of one node) by a
+// seed instead of by id: concurrent requests with different seeds then
+// mostly choose different atoms instead of all racing for the first ones,
+// and one seed still always gives the same plan.
 package placement
 
 import (
@@ -225,6 +231,66 @@ type group struct {
 // no reasons when the request fits; otherwise an empty plan and at least one
 // reason. req must have been through Normalize.
 func Place(req Request, candidates []Node) (Plan, []Reason) {
+	return place(req, candidates, byID{})
+}
+
+// PlaceSpread is Place with its ties broken by seed (see the package
+// comment): the plan is as good as Place's, by the same rules, and the
+// same for the same seed and candidates.
+func PlaceSpread(req Request, candidates []Node, seed uint64) (Plan, []Reason) {
+	return place(req, candidates, bySeed(seed))
+}
+
+// Seed is a request's seed for PlaceSpread derived from a key (a
+// reservation id), so a request keeps its preferences when it places
+// again.
+func Seed(key string) uint64 { return fnv1a(key) }
+
+// fnv1a is the 64-bit FNV-1a hash of s.
+func fnv1a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// tieBreak orders ids that the packing rules leave equal.
+type tieBreak interface {
+	compare(a, b string) int
+}
+
+// byID breaks ties by id.
+type byID struct{}
+
+func (byID) compare(a, b string) int { return cmpString(a, b) }
+
+// bySeed breaks ties by a hash of the id under the seed, then by id: a
+// pseudo-random order that one seed always gives again.
+type bySeed uint64
+
+func (s bySeed) compare(a, b string) int {
+	ra, rb := s.rank(a), s.rank(b)
+	switch {
+	case ra < rb:
+		return -1
+	case ra > rb:
+		return 1
+	}
+	return cmpString(a, b)
+}
+
+// rank mixes the id's FNV-1a hash with the seed (SplitMix64's finalizer),
+// so that nearby seeds give unrelated orders.
+func (s bySeed) rank(id string) uint64 {
+	z := fnv1a(id) ^ uint64(s)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func place(req Request, candidates []Node, tie tieBreak) (Plan, []Reason) {
 	nodes := make([]Node, 0, len(candidates))
 	for _, n := range candidates {
 		if n.Schedulable && (len(req.Trusts) == 0 || slices.Contains(req.Trusts, n.Trust)) {
@@ -261,7 +327,7 @@ func Place(req Request, candidates []Node) (Plan, []Reason) {
 				g.free++
 			}
 		}
-		slices.Sort(g.atoms[n.ID])
+		slices.SortFunc(g.atoms[n.ID], tie.compare)
 		total += g.free
 		perNode = append(perNode, g)
 	}
@@ -284,7 +350,7 @@ func Place(req Request, candidates []Node) (Plan, []Reason) {
 
 	switch req.Topology.Type {
 	case TopologySameNode:
-		if g, ok := bestFit(perNode, req.Count); ok {
+		if g, ok := bestFit(perNode, req.Count, tie); ok {
 			return take(g, req.Count), nil
 		}
 		return Plan{}, []Reason{insufficient(ScopeNode, req.Count, maxNode, "on one node")}
@@ -312,12 +378,12 @@ func Place(req Request, candidates []Node) (Plan, []Reason) {
 		maxDomain := 0
 		for _, g := range domains {
 			for _, ids := range g.atoms {
-				slices.Sort(ids)
+				slices.SortFunc(ids, tie.compare)
 			}
 			gs = append(gs, *g)
 			maxDomain = max(maxDomain, g.free)
 		}
-		if g, ok := bestFit(gs, req.Count); ok {
+		if g, ok := bestFit(gs, req.Count, tie); ok {
 			return take(g, req.Count), nil
 		}
 		return Plan{}, []Reason{insufficient(ScopeNVLinkDomain, req.Count, maxDomain, "in one NVLink domain")}
@@ -335,7 +401,7 @@ func Place(req Request, candidates []Node) (Plan, []Reason) {
 				Message: fmt.Sprintf("a gang of %d nodes × %d needs %d nodes with %d free matching %s atoms; %d have them (at most %d on a node)",
 					want, k, want, k, req.Class, len(fit), maxNode)}}
 		}
-		sortPacking(fit)
+		sortPacking(fit, tie)
 		var plan Plan
 		for _, g := range fit[:want] {
 			plan.Allocations = append(plan.Allocations, take(g, k).Allocations...)
@@ -350,7 +416,7 @@ func Place(req Request, candidates []Node) (Plan, []Reason) {
 		// One node when one can take it all (the fullest that fits);
 		// otherwise the fewest nodes: the largest first, then the
 		// fullest that takes the rest.
-		if g, ok := bestFit(perNode, req.Count); ok {
+		if g, ok := bestFit(perNode, req.Count, tie); ok {
 			return take(g, req.Count), nil
 		}
 		rest := slices.Clone(perNode)
@@ -358,12 +424,12 @@ func Place(req Request, candidates []Node) (Plan, []Reason) {
 			if a.free != b.free {
 				return b.free - a.free
 			}
-			return cmpString(a.id, b.id)
+			return tie.compare(a.id, b.id)
 		})
 		var plan Plan
 		left := req.Count
 		for len(rest) > 0 && left > 0 {
-			if g, ok := bestFit(rest, left); ok {
+			if g, ok := bestFit(rest, left, tie); ok {
 				plan.Allocations = append(plan.Allocations, take(g, left).Allocations...)
 				break
 			}
@@ -382,32 +448,34 @@ func insufficient(scope string, wanted, max int, where string) Reason {
 }
 
 // bestFit is the group with the fewest free atoms that still has n, ties
-// by id.
-func bestFit(gs []group, n int) (group, bool) {
+// broken by tie.
+func bestFit(gs []group, n int, tie tieBreak) (group, bool) {
 	var best group
 	found := false
 	for _, g := range gs {
 		if g.free < n {
 			continue
 		}
-		if !found || g.free < best.free || (g.free == best.free && g.id < best.id) {
+		if !found || g.free < best.free || (g.free == best.free && tie.compare(g.id, best.id) < 0) {
 			best, found = g, true
 		}
 	}
 	return best, found
 }
 
-func sortPacking(gs []group) {
+func sortPacking(gs []group, tie tieBreak) {
 	slices.SortFunc(gs, func(a, b group) int {
 		if a.free != b.free {
 			return a.free - b.free
 		}
-		return cmpString(a.id, b.id)
+		return tie.compare(a.id, b.id)
 	})
 }
 
-// take n atoms of a group: the nodes in id order, each node's atoms in id
-// order, so the choice is deterministic.
+// take n atoms of a group: the nodes in id order, each node's atoms in the
+// order they were sorted in (by id, or by the seed), so the choice is
+// deterministic; a plan's atoms are sorted by id again, the order bookers
+// lock them in.
 func take(g group, n int) Plan {
 	var plan Plan
 	for _, node := range slices.Sorted(maps.Keys(g.atoms)) {
@@ -419,7 +487,9 @@ func take(g group, n int) Plan {
 		if k == 0 {
 			continue
 		}
-		plan.Allocations = append(plan.Allocations, Allocation{NodeID: node, Atoms: slices.Clone(ids[:k])})
+		atoms := slices.Clone(ids[:k])
+		slices.Sort(atoms)
+		plan.Allocations = append(plan.Allocations, Allocation{NodeID: node, Atoms: atoms})
 		n -= k
 	}
 	return plan

@@ -39,7 +39,17 @@ func req(class string, count int, topo string) Request {
 	return Request{Class: class, Count: count, Topology: Topology{Type: topo}}
 }
 
-func TestPlace(t *testing.T) {
+// placeCase is one of TestPlace's requests over candidates, with the plan
+// or the reasons Place answers.
+type placeCase struct {
+	name    string
+	req     Request
+	nodes   []Node
+	want    []Allocation
+	reasons []Reason
+}
+
+func placeCases() []placeCase {
 	l40 := Atom{ID: "c-l0", Class: ClassGPU, Attributes: map[string]any{"gpuModel": "L40S", "gpuProduct": "L40S-48GB", "memoryGiB": float64(48)}}
 	mig := func(id, profile string) Atom {
 		return Atom{ID: id, Class: ClassMIG, Attributes: map[string]any{"gpuModel": "A100", "migProfile": profile, "memoryGiB": int64(10)}}
@@ -49,13 +59,7 @@ func TestPlace(t *testing.T) {
 	gang := func(n, k int) Request {
 		return Request{Class: ClassGPU, Topology: Topology{Type: TopologyGang, Nodes: n, PerNode: k}}
 	}
-	cases := []struct {
-		name    string
-		req     Request
-		nodes   []Node
-		want    []Allocation
-		reasons []Reason
-	}{
+	return []placeCase{
 		{name: "any on one node", req: req(ClassGPU, 2, TopologyAny),
 			nodes: []Node{node("a", gpus("a", 4, ""))}, want: []Allocation{alloc("a", 0, 1)}},
 		{name: "packing picks the busier node", req: req(ClassGPU, 2, TopologyAny),
@@ -119,7 +123,10 @@ func TestPlace(t *testing.T) {
 			nodes: []Node{node("a", []Atom{{ID: "node/a", Class: ClassNode}}), node("b", []Atom{{ID: "node/b", Class: ClassNode}})},
 			want:  []Allocation{{NodeID: "a", Atoms: []string{"node/a"}}, {NodeID: "b", Atoms: []string{"node/b"}}}},
 	}
-	for _, c := range cases {
+}
+
+func TestPlace(t *testing.T) {
+	for _, c := range placeCases() {
 		t.Run(c.name, func(t *testing.T) {
 			r, err := Normalize(c.req, "devices.")
 			if err != nil {
@@ -168,5 +175,119 @@ func TestNormalize(t *testing.T) {
 	}
 	if _, err := Normalize(Request{Class: ClassGPU, Count: MaxCount + 1}, ""); err == nil {
 		t.Errorf("count over MaxCount accepted")
+	}
+}
+
+// shape is what packing decides of a plan: for each allocation, how many
+// matching atoms its node had free and how many it takes, sorted.
+func shape(t *testing.T, r Request, nodes []Node, p Plan) [][2]int {
+	t.Helper()
+	free := map[string]map[string]bool{}
+	for _, n := range nodes {
+		free[n.ID] = map[string]bool{}
+		for _, a := range n.Atoms {
+			if a.Class == r.Class && r.Selector.Matches(a) {
+				free[n.ID][a.ID] = true
+			}
+		}
+	}
+	var out [][2]int
+	total := 0
+	for _, a := range p.Allocations {
+		if !slices.IsSorted(a.Atoms) || len(slices.Compact(slices.Clone(a.Atoms))) != len(a.Atoms) {
+			t.Fatalf("allocation %+v: atoms not sorted and distinct", a)
+		}
+		for _, id := range a.Atoms {
+			if !free[a.NodeID][id] {
+				t.Fatalf("allocation %+v: %s is not a free matching atom of the node", a, id)
+			}
+		}
+		total += len(a.Atoms)
+		out = append(out, [2]int{len(free[a.NodeID]), len(a.Atoms)})
+	}
+	if len(p.Allocations) > 0 && total != r.Count {
+		t.Fatalf("plan %+v takes %d atoms, want %d", p, total, r.Count)
+	}
+	slices.SortFunc(out, func(a, b [2]int) int {
+		if a[0] != b[0] {
+			return a[0] - b[0]
+		}
+		return a[1] - b[1]
+	})
+	return out
+}
+
+// PlaceSpread answers every one of Place's cases as well as Place does
+// (the same reasons, or a plan of the same packing), and the same plan for
+// the same seed whatever the candidates' order.
+func TestPlaceSpreadPacksLikePlace(t *testing.T) {
+	for _, c := range placeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := Normalize(c.req, "devices.")
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, reasons := Place(r, c.nodes)
+			want := shape(t, r, c.nodes, plan)
+			for i := range 32 {
+				seed := Seed(fmt.Sprintf("res_%d", i))
+				p, rs := PlaceSpread(r, c.nodes, seed)
+				if !reflect.DeepEqual(rs, reasons) {
+					t.Fatalf("seed %d: reasons = %+v, want %+v", i, rs, reasons)
+				}
+				if got := shape(t, r, c.nodes, p); !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d: plan %+v packs as %v, Place's %+v as %v", i, p, got, plan, want)
+				}
+				rev := slices.Clone(c.nodes)
+				slices.Reverse(rev)
+				if again, _ := PlaceSpread(r, rev, seed); !reflect.DeepEqual(again, p) {
+					t.Fatalf("seed %d: reversed candidates = %+v, want %+v", i, again, p)
+				}
+			}
+		})
+	}
+}
+
+// Different seeds choose different atoms among equally good ones (all of
+// one node's, and the nodes of equal free atoms), and never a worse node.
+func TestPlaceSpreadSpreads(t *testing.T) {
+	chosen := func(r Request, nodes []Node) map[string]int {
+		t.Helper()
+		seen := map[string]int{}
+		for i := range 64 {
+			p, rs := PlaceSpread(r, nodes, Seed(fmt.Sprintf("res_%d", i)))
+			if len(rs) > 0 {
+				t.Fatalf("reasons %+v", rs)
+			}
+			for _, a := range p.Allocations {
+				for _, id := range a.Atoms {
+					seen[id]++
+				}
+			}
+		}
+		return seen
+	}
+	one := req(ClassGPU, 1, TopologyAny)
+	if seen := chosen(one, []Node{node("a", gpus("a", 8, ""))}); len(seen) != 8 {
+		t.Errorf("64 seeds chose %v of one node's 8 atoms, want all of them", seen)
+	}
+	seen := chosen(req(ClassGPU, 2, TopologySameNode), []Node{node("a", gpus("a", 4, "")), node("b", gpus("b", 4, "")), node("c", gpus("c", 8, ""))})
+	var onA, onB int
+	for id, n := range seen {
+		switch id[0] {
+		case 'a':
+			onA += n
+		case 'b':
+			onB += n
+		default:
+			t.Errorf("seeds chose %s on the emptier node c: %v", id, seen)
+		}
+	}
+	if onA == 0 || onB == 0 {
+		t.Errorf("64 seeds chose %v: want both nodes of 4 free atoms", seen)
+	}
+	gang := Request{Class: ClassGPU, Count: 2, Topology: Topology{Type: TopologyGang, Nodes: 2, PerNode: 1}}
+	if seen := chosen(gang, []Node{node("a", gpus("a", 2, "")), node("b", gpus("b", 2, "")), node("c", gpus("c", 2, ""))}); len(seen) < 5 {
+		t.Errorf("64 seeds chose only %v for a gang over 3 equal nodes", seen)
 	}
 }

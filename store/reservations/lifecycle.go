@@ -200,23 +200,42 @@ func CompleteExtend(ctx context.Context, tx store.Tx, tenantID, id string, durat
 		if err != nil {
 			return Reservation{}, err
 		}
-		if err := checkLimits(ctx, tx, tenantID, pool, r, r.End, end, false); err != nil {
+		// The limits are checked once the bookings are stretched, as a
+		// create's are once booked: everyone takes the quota lock after
+		// booking, so no holder of it waits for a booking whose
+		// transaction waits for the lock. A stretch the exclusion
+		// refuses is rolled back first, and over the quota is still
+		// the answer it gets when it is over both.
+		sp, err := tx.Begin(ctx) // a SAVEPOINT
+		if err != nil {
 			return Reservation{}, err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE device_bookings b
+		tag, err := sp.Exec(ctx, `UPDATE device_bookings b
 			SET during = tstzrange(lower(b.during), timestamptz 'epoch' + $3::bigint * interval '1 millisecond')
 			FROM allocations a
 			WHERE a.reservation_id = $1 AND b.allocation_id = a.id
 				AND upper(b.during) = timestamptz 'epoch' + $2::bigint * interval '1 millisecond'`, r.ID, r.End, end)
 		if pgState(err) == "23P01" {
+			if err := sp.Rollback(ctx); err != nil {
+				return Reservation{}, err
+			}
+			if err := checkLimits(ctx, tx, tenantID, pool, r, r.End, end, false, false); err != nil {
+				return Reservation{}, err
+			}
 			return Reservation{}, core.Errorf(core.CodeConflict, "another booking holds some of reservation %s's atoms before the new end", r.ID).
 				WithDetails(map[string]any{"reason": "atomsTaken", "reservationId": r.ID})
 		}
 		if err != nil {
 			return Reservation{}, err
 		}
+		if err := sp.Commit(ctx); err != nil {
+			return Reservation{}, err
+		}
 		if tag.RowsAffected() == 0 {
 			return Reservation{}, core.Errorf(core.CodeInternal, "reservation %s has no bookings ending at its end", r.ID)
+		}
+		if err := checkLimits(ctx, tx, tenantID, pool, r, r.End, end, false, true); err != nil {
+			return Reservation{}, err
 		}
 		if err := store.PublishEvent(ctx, tx, store.Event{TenantID: r.TenantID, Type: "reservation.extended",
 			ResourceType: "reservation", ResourceID: r.ID, ProjectID: r.ProjectID,

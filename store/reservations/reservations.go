@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -394,16 +395,20 @@ func Deny(ctx context.Context, tx store.Tx, tenantID, id string) error {
 	return store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.Draft, states.Denied, nil)
 }
 
-// Place books the admitted draft: draft -> pending; the tenant's limits
-// are checked (checkLimits) under a per-(tenant, pool) lock held to the
-// commit; the pool's free atoms over [start, end) are read as
-// capacity.preview reads them and core/placement places the request; one
-// allocation per node and one device_bookings row per atom are inserted
-// under a SAVEPOINT. A concurrent booking that won (23P01, or a deadlock
-// 40P01) rolls back to the savepoint, and the atoms are read and placed
-// again (after maxPlaceAttempts, UNAVAILABLE: retry with the same key).
-// On success pending -> placed. A request that only fits on atoms held
-// by spot reservations (and is not spot itself) preempts them.
+// Place books the admitted draft: draft -> pending; the pool's free atoms
+// over [start, end) are read as capacity.preview reads them and
+// core/placement places the request (ties broken by the reservation's
+// seed, so concurrent requests choose different atoms); one allocation
+// per node and one device_bookings row per atom are inserted under a
+// SAVEPOINT, each atom under its booking lock (atomlocks.go). An atom
+// another transaction is booking is left aside; a concurrent booking that
+// won (23P01, or a deadlock 40P01) rolls back to the savepoint, and the
+// request is placed again without the plan's atoms, and on the atoms read
+// again when nothing else fits (after maxPlaceAttempts, UNAVAILABLE:
+// retry with the same key). Then the tenant's limits are checked
+// (checkLimits) under a per-(tenant, pool) lock held to the commit. On
+// success pending -> placed. A request that only fits on atoms held by
+// spot reservations (and is not spot itself) preempts them.
 //
 // When nothing fits the answer is INVALID_STATE with details.reason
 // "noCapacity" and the placement reasons in details.reasons (the spec's
@@ -425,10 +430,10 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	if err := checkLimits(ctx, tx, tenantID, pool, r, r.Start, r.End, true); err != nil {
+	if err := placeAndBook(ctx, tx, pool, r); err != nil {
 		return Reservation{}, err
 	}
-	if err := placeAndBook(ctx, tx, pool, r); err != nil {
+	if err := checkLimits(ctx, tx, tenantID, pool, r, r.Start, r.End, true, true); err != nil {
 		return Reservation{}, err
 	}
 	if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.Pending, states.Placed, nil); err != nil {
@@ -439,57 +444,160 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, 
 
 // placeAndBook places r's request over [r.Start, r.End) on the pool's free
 // atoms and books the plan (preempting spot reservations when r is not
-// spot), re-placing when a concurrent booking wins; see Place.
+// spot), leaving aside the atoms other transactions are booking and
+// re-placing when a concurrent booking wins; see Place.
 func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservation) error {
 	req := r.Devices
-	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
-		nodes, err := capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false)
-		if err != nil {
-			return err
+	seed := placement.Seed(r.ID)
+	var (
+		nodes, spotNodes []placement.Node
+		read, spotRead   bool             // nodes (spotNodes) are of this attempt's snapshot
+		busy             map[atomKey]bool // atoms others are booking
+		aside            map[atomKey]bool // busy ones, and those lost to a commit since the read
+		lost             bool             // aside holds atoms lost to a commit
+		probed           bool             // busy holds pg_locks' view, not only failed tries
+	)
+	setAside := func(keys ...atomKey) {
+		if aside == nil {
+			aside = map[atomKey]bool{}
 		}
-		plan, reasons := placement.Place(req, nodes)
-		var victims []spotVictim
-		if len(reasons) > 0 && !r.Spot {
+		for _, k := range keys {
+			aside[k] = true
+		}
+	}
+	// choose places on the free atoms but those set aside (and, when that
+	// fails and r is not spot, on those held only by spot reservations
+	// too); reasons are the plain placement's, as a refusal reports them.
+	choose := func() (placement.Plan, []spotVictim, []placement.Reason, error) {
+		plan, reasons := placement.PlaceSpread(req, without(nodes, aside), seed)
+		if len(reasons) == 0 || r.Spot {
+			return plan, nil, reasons, nil
+		}
+		if !spotRead {
+			var err error
 			// Atoms held only by spot reservations are this request's
 			// for the taking.
-			if nodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, true); err != nil {
+			if spotNodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, true); err != nil {
+				return placement.Plan{}, nil, nil, err
+			}
+			spotRead = true
+		}
+		p, rs := placement.PlaceSpread(req, without(spotNodes, aside), seed)
+		if len(rs) > 0 {
+			return plan, nil, reasons, nil
+		}
+		victims, err := spotVictims(ctx, tx, p, r.Start, r.End)
+		return p, victims, nil, err
+	}
+	// fitsAll: whether the request fits the atoms read, busy ones
+	// included; when it does not, no booking in flight can make it.
+	fitsAll := func() bool {
+		if _, rs := placement.PlaceSpread(req, nodes, seed); len(rs) == 0 {
+			return true
+		}
+		if r.Spot || !spotRead {
+			return false
+		}
+		_, rs := placement.PlaceSpread(req, spotNodes, seed)
+		return len(rs) == 0
+	}
+	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
+		if !read {
+			var err error
+			if nodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false); err != nil {
 				return err
 			}
-			if p, rs := placement.Place(req, nodes); len(rs) == 0 {
-				if victims, err = spotVictims(ctx, tx, p, r.Start, r.End); err != nil {
-					return err
-				}
-				plan, reasons = p, nil
-			}
+			read, spotRead, busy, aside, lost, probed = true, false, nil, nil, false, false
+		}
+		plan, victims, reasons, err := choose()
+		if err != nil {
+			return err
+		}
+		if len(reasons) > 0 && lost {
+			read = false // what was lost may not be all: read again
+			continue
 		}
 		if len(reasons) > 0 {
-			return core.Errorf(core.CodeInvalidState, "the request does not fit in pool %s over the window", pool.ID).
-				WithDetails(map[string]any{"reason": "noCapacity", "reasons": reasons, "reservationId": r.ID})
-		}
-		sp, err := tx.Begin(ctx) // a SAVEPOINT
-		if err != nil {
-			return err
-		}
-		err = preempt(ctx, sp, victims, r)
-		if err == nil {
-			err = book(ctx, sp, r, plan)
-		}
-		if err != nil {
-			if rerr := sp.Rollback(ctx); rerr != nil {
-				return rerr
+			if len(busy) == 0 || !fitsAll() {
+				// Nothing free fits, and no booking in flight could
+				// change that: refuse at once.
+				return core.Errorf(core.CodeInvalidState, "the request does not fit in pool %s over the window", pool.ID).
+					WithDetails(map[string]any{"reason": "noCapacity", "reasons": reasons, "reservationId": r.ID})
 			}
-			if st := pgState(err); st == "23P01" || st == "40P01" {
-				continue // a concurrent booking won: read and place again
+			// It fits only with atoms others are booking: wait for
+			// those bookings to end, then read again (once, rather
+			// than once per booking that commits).
+			if err := awaitBookings(ctx, tx, slices.Collect(maps.Keys(busy))); err != nil && !errors.Is(err, errLostRace) {
+				return err
 			}
-			return err
+			read = false
+			continue
 		}
-		if err := sp.Commit(ctx); err != nil {
+		taken, err := tryBook(ctx, tx, r, plan, victims)
+		switch {
+		case errors.Is(err, errLostRace):
+			// A booking committed since the read holds some of the
+			// plan's atoms: place again without them (which of them is
+			// not said), reading again only when nothing else fits.
+			for _, a := range plan.Allocations {
+				for _, atom := range a.Atoms {
+					setAside(atomKey{a.NodeID, atom})
+				}
+			}
+			lost = true
+			continue
+		case err != nil:
 			return err
+		case len(taken) == 0:
+			return nil
 		}
-		return nil
+		if busy == nil {
+			busy = map[atomKey]bool{}
+		}
+		for _, k := range taken {
+			busy[k] = true
+		}
+		setAside(taken...)
+		if !probed {
+			more, err := beingBooked(ctx, tx, nodes, spotNodes)
+			if err != nil {
+				return err
+			}
+			for k := range more {
+				busy[k] = true
+				setAside(k)
+			}
+			probed = true
+		}
 	}
 	return core.Errorf(core.CodeUnavailable, "concurrent bookings kept taking the atoms; retry with the same idempotencyKey").
 		WithDetails(map[string]any{"reason": "contention", "reservationId": r.ID})
+}
+
+// tryBook preempts the victims and books the plan inside a savepoint. It
+// answers the plan's atoms another transaction is booking (their locks
+// taken; nothing is booked then), or errLostRace when a concurrent booking
+// won; either way the savepoint is rolled back.
+func tryBook(ctx context.Context, tx store.Tx, r Reservation, plan placement.Plan, victims []spotVictim) ([]atomKey, error) {
+	sp, err := tx.Begin(ctx) // a SAVEPOINT
+	if err != nil {
+		return nil, err
+	}
+	err = preempt(ctx, sp, victims, r)
+	var taken []atomKey
+	if err == nil {
+		taken, err = book(ctx, sp, r, plan)
+	}
+	if err != nil || len(taken) > 0 {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return nil, rerr
+		}
+		if st := pgState(err); st == "23P01" || st == "40P01" {
+			return nil, errLostRace
+		}
+		return taken, err
+	}
+	return nil, sp.Commit(ctx)
 }
 
 // FailureError is the error a failed reservation was refused with.
@@ -599,25 +707,55 @@ func preempt(ctx context.Context, tx store.Tx, victims []spotVictim, r Reservati
 	return nil
 }
 
-// book inserts the plan's allocations and their bookings. Allocations come
+// book inserts the plan's allocations and their bookings, each atom's
+// under its booking lock (atomlocks.go) when the plan is small enough. It
+// answers the atoms whose lock another transaction holds: then some of
+// the plan is not booked, and the caller rolls back. Allocations come
 // sorted by node and atoms by id, so concurrent bookers take the atoms'
 // locks in one order.
-func book(ctx context.Context, tx store.Tx, r Reservation, plan placement.Plan) error {
+func book(ctx context.Context, tx store.Tx, r Reservation, plan placement.Plan) ([]atomKey, error) {
+	lock := 0
+	for _, a := range plan.Allocations {
+		lock += len(a.Atoms)
+	}
+	locked := lock <= maxLockedAtoms
+	var taken []atomKey
 	for _, a := range plan.Allocations {
 		id := core.NewID("alloc")
 		if _, err := tx.Exec(ctx, `INSERT INTO allocations (id, tenant_id, reservation_id, node_id, atoms) VALUES ($1, $2, $3, $4, $5)`,
 			id, r.TenantID, r.ID, a.NodeID, a.Atoms); err != nil {
-			return err
+			return nil, err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind)
+		keys := make([]int64, len(a.Atoms))
+		for i, atom := range a.Atoms {
+			keys[i] = atomKey{a.NodeID, atom}.lockKey()
+		}
+		rows, err := tx.Query(ctx, `INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind)
 			SELECT $1, atom, $3, $4, $5, tstzrange(timestamptz 'epoch' + $6::bigint * interval '1 millisecond',
 				timestamptz 'epoch' + $7::bigint * interval '1 millisecond'), $8
-			FROM unnest($2::text[]) WITH ORDINALITY AS u(atom, n) ORDER BY n`,
-			a.NodeID, a.Atoms, id, r.TenantID, r.PoolID, r.Start, r.End, r.Binding); err != nil {
-			return err
+			FROM unnest($2::text[], $9::bigint[]) WITH ORDINALITY AS u(atom, lock_key, n)
+			WHERE NOT $10::bool OR pg_try_advisory_xact_lock(lock_key)
+			ORDER BY n
+			RETURNING device_id`,
+			a.NodeID, a.Atoms, id, r.TenantID, r.PoolID, r.Start, r.End, r.Binding, keys, locked)
+		if err != nil {
+			return nil, err
 		}
+		booked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		if len(booked) == len(a.Atoms) {
+			continue
+		}
+		for _, atom := range a.Atoms {
+			if !slices.Contains(booked, atom) {
+				taken = append(taken, atomKey{a.NodeID, atom})
+			}
+		}
+		return taken, nil
 	}
-	return nil
+	return nil, nil
 }
 
 func pgState(err error) string {
@@ -628,22 +766,25 @@ func pgState(err error) string {
 	return ""
 }
 
-// checkLimits checks a request for r's atoms over [from, to) (a new
-// reservation's window, or an extension's added time), before it is
-// booked, against the tenant's limits on the pool, under one lock per
+// checkLimits checks r's atoms over [from, to) (a new reservation's
+// window, or an extension's added time), booked in this transaction
+// (booked) or not, against the tenant's limits on the pool, under one lock per
 // (tenant, pool) held to the commit, so two requests cannot share the same
-// headroom (QUOTA_EXCEEDED with the limit either way). Checking before
-// placement also keeps one tenant's concurrent requests from all placing
-// onto the same free atoms and re-placing after each other's commits.
+// headroom (QUOTA_EXCEEDED with the limit either way). The count runs
+// after the lock is granted: in READ COMMITTED its snapshot then shows the
+// commit of the transaction that held the lock before, and this
+// transaction's own bookings. Booking first keeps the lock from covering
+// placement: one tenant's requests wait for each other only from their
+// counts to their commits, and place concurrently (see Place).
 //
 //   - on a pool offered to the tenant, the atoms of r's class the tenant
-//     has booked in the pool over [from, to), plus r's, stay within the
+//     has booked in the pool over [from, to), r's included, stay within the
 //     offer's quota;
 //   - with newReservation starting in the future and the pool's
 //     policy.maxPending, the tenant's other reservations in the pool that
 //     have not begun yet stay below it, so no tenant hoards the pool's
 //     future (a reservation starting now is never held back by it).
-func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pools.Pool, r Reservation, from, to int64, newReservation bool) error {
+func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pools.Pool, r Reservation, from, to int64, newReservation, booked bool) error {
 	offered := pool.TenantID != tenantID && pool.Offer != nil
 	maxPending := pool.Policy.MaxPending
 	if !newReservation {
@@ -661,6 +802,12 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pools.P
 		inUse, err := capacity.BookedInPool(ctx, tx, tenantID, pool.ID, req.Class, from, to)
 		if err != nil {
 			return err
+		}
+		if booked {
+			// r's atoms are booked over [from, to) and no other
+			// booking of them overlaps it (the exclusion constraint):
+			// the rest is what the tenant had.
+			inUse -= int64(req.Count)
 		}
 		if inUse+int64(req.Count) > limit {
 			return core.Errorf(core.CodeQuotaExceeded, "%d %s booked over the window plus %d requested exceeds the quota of %d",
