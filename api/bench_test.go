@@ -9,6 +9,7 @@ import (
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
 )
 
@@ -41,6 +42,30 @@ func BenchmarkReadOverHTTP(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkReservationGetOverHTTP is the bench tool's get: a placed
+// reservation read with its decision cached, one round trip to the database.
+func BenchmarkReservationGetOverHTTP(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	c := e.client(e.boot.UserToken)
+	p, _ := h100Pool(b, e)
+	r, err := reservations.Create.Call(ctx, c, reserveInput("acme", p.ID, "bench", 1, reservationsT0, 3600))
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := reservations.Get.Call(ctx, c, in); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 func BenchmarkMutationOverHTTP(b *testing.B) {

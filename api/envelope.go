@@ -113,6 +113,12 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 			return h.After(ctx, c, out)
 		}
 		return out, err
+	case h.Read != nil:
+		var answer func() (any, error)
+		if err := s.store.Read(ctx, func(b *store.Batch) { answer = h.Read(c, b) }); err != nil {
+			return nil, err
+		}
+		return answer()
 	default:
 		err = s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
 			out, err = h.Run(ctx, c, tx)
