@@ -3,9 +3,14 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/projects"
@@ -61,6 +66,43 @@ func BenchmarkReservationGetOverHTTP(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := reservations.Get.Call(ctx, c, in); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkBareGinOverHTTP is the floor BenchmarkReservationGetOverHTTP is
+// compared with: a bare gin handler on the same route that reads the same
+// body and answers the same reservation, with no middleware, IAM or
+// database, called by the same client.
+func BenchmarkBareGinOverHTTP(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	c := e.client(e.boot.UserToken)
+	p, _ := h100Pool(b, e)
+	r, err := reservations.Create.Call(ctx, c, reserveInput("acme", p.ID, "bench", 1, reservationsT0, 3600))
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine := gin.New()
+	engine.POST("/api/compute/:group/:method", func(g *gin.Context) {
+		if _, err := io.ReadAll(g.Request.Body); err != nil {
+			g.AbortWithStatus(http.StatusBadRequest)
+			return
+		}
+		g.JSON(http.StatusOK, r)
+	})
+	hs := httptest.NewServer(engine)
+	b.Cleanup(hs.Close)
+	bare := api.NewClient(hs.URL, e.boot.UserToken)
+	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := reservations.Get.Call(ctx, bare, in); err != nil {
 				b.Error(err)
 				return
 			}

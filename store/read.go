@@ -40,3 +40,15 @@ func (s *Store) Read(ctx context.Context, queue func(b *Batch)) (err error) {
 	}
 	return err
 }
+
+// QueueRow queues in b a statement that reads one row, read by scan (whose
+// error, NOT_FOUND for no row, is the read's); the answer is valid once b
+// has run.
+func QueueRow[T any](b *Batch, scan func(pgx.Row) (T, error), sql string, args ...any) func() (T, error) {
+	var v T
+	b.Queue(sql, args...).QueryRow(func(row pgx.Row) (err error) {
+		v, err = scan(row)
+		return err
+	})
+	return func() (T, error) { return v, nil }
+}

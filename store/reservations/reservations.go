@@ -155,12 +155,7 @@ func Load(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Res
 // QueueLoad queues Load's read (unlocked) in b, for a read that runs in
 // one round trip (store.Read); the answer is valid once b has run.
 func QueueLoad(b *store.Batch, tenantID, id string) func() (Reservation, error) {
-	var r Reservation
-	b.Queue(loadSQL, loadArgs(tenantID, id)...).QueryRow(func(row pgx.Row) (err error) {
-		r, err = scanLoaded(row, id)
-		return err
-	})
-	return func() (Reservation, error) { return r, nil }
+	return store.QueueRow(b, func(row pgx.Row) (Reservation, error) { return scanLoaded(row, id) }, loadSQL, loadArgs(tenantID, id)...)
 }
 
 func notFound(id string) error { return core.Errorf(core.CodeNotFound, "reservation %s not found", id) }
