@@ -61,6 +61,9 @@ func BenchmarkReservationGetOverHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
+	cpu := newCPUMeter(b, e)
+	b.ResetTimer()
+	cpu.start()
 	b.ReportAllocs()
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
@@ -71,6 +74,7 @@ func BenchmarkReservationGetOverHTTP(b *testing.B) {
 			}
 		}
 	})
+	cpu.stop()
 }
 
 // BenchmarkBareGinOverHTTP is the floor BenchmarkReservationGetOverHTTP is
@@ -98,6 +102,9 @@ func BenchmarkBareGinOverHTTP(b *testing.B) {
 	b.Cleanup(hs.Close)
 	bare := api.NewClient(hs.URL, e.boot.UserToken)
 	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
+	cpu := newCPUMeter(b, e)
+	b.ResetTimer()
+	cpu.start()
 	b.ReportAllocs()
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
@@ -108,6 +115,7 @@ func BenchmarkBareGinOverHTTP(b *testing.B) {
 			}
 		}
 	})
+	cpu.stop()
 }
 
 func BenchmarkMutationOverHTTP(b *testing.B) {
