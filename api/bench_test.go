@@ -3,12 +3,18 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
 )
 
@@ -41,6 +47,75 @@ func BenchmarkReadOverHTTP(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkReservationGetOverHTTP is the bench tool's get: a placed
+// reservation read with its decision cached, one round trip to the database.
+func BenchmarkReservationGetOverHTTP(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	c := e.client(e.boot.UserToken)
+	p, _ := h100Pool(b, e)
+	r, err := reservations.Create.Call(ctx, c, reserveInput("acme", p.ID, "bench", 1, reservationsT0, 3600))
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
+	cpu := newCPUMeter(b, e)
+	b.ResetTimer()
+	cpu.start()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := reservations.Get.Call(ctx, c, in); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	cpu.stop()
+}
+
+// BenchmarkBareGinOverHTTP is the floor BenchmarkReservationGetOverHTTP is
+// compared with: a bare gin handler on the same route that reads the same
+// body and answers the same reservation, with no middleware, IAM or
+// database, called by the same client.
+func BenchmarkBareGinOverHTTP(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	c := e.client(e.boot.UserToken)
+	p, _ := h100Pool(b, e)
+	r, err := reservations.Create.Call(ctx, c, reserveInput("acme", p.ID, "bench", 1, reservationsT0, 3600))
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine := gin.New()
+	engine.POST("/api/compute/:group/:method", func(g *gin.Context) {
+		if _, err := io.ReadAll(g.Request.Body); err != nil {
+			g.AbortWithStatus(http.StatusBadRequest)
+			return
+		}
+		g.JSON(http.StatusOK, r)
+	})
+	hs := httptest.NewServer(engine)
+	b.Cleanup(hs.Close)
+	bare := api.NewClient(hs.URL, e.boot.UserToken)
+	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
+	cpu := newCPUMeter(b, e)
+	b.ResetTimer()
+	cpu.start()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := reservations.Get.Call(ctx, bare, in); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	cpu.stop()
 }
 
 func BenchmarkMutationOverHTTP(b *testing.B) {

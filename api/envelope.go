@@ -52,7 +52,7 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 	h, served := s.handlers[name]
 
 	if m.Public { // step 1
-		if err := s.validate(c, h); err != nil {
+		if _, err := s.validate(c, h); err != nil {
 			return nil, err
 		}
 		return h.Direct(ctx, c)
@@ -60,10 +60,11 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 	if !cred.Present() { // step 2
 		return nil, core.Errorf(core.CodeUnauthn, "a credential is required")
 	}
-	if err := s.validate(c, h); err != nil { // step 3
+	fields, err := s.validate(c, h) // step 3
+	if err != nil {
 		return nil, err
 	}
-	if c.TenantID, err = tenantOf(input); err != nil {
+	if c.TenantID, err = tenantOf(fields); err != nil {
 		return nil, err
 	}
 	if c.Caller, err = s.authenticate(ctx, cred); err != nil { // step 4
@@ -88,7 +89,7 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 		}
 		return s.admit(ctx, c, h.Admission)
 	}
-	if err := s.decide(ctx, c); err != nil { // step 7
+	if err := s.decide(ctx, c, fields); err != nil { // step 7
 		return nil, err
 	}
 	switch { // step 8
@@ -113,6 +114,12 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 			return h.After(ctx, c, out)
 		}
 		return out, err
+	case h.Read != nil:
+		var answer func() (any, error)
+		if err := s.store.Read(ctx, func(b *store.Batch) { answer = h.Read(c, b) }); err != nil {
+			return nil, err
+		}
+		return answer()
 	default:
 		err = s.store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
 			out, err = h.Run(ctx, c, tx)
@@ -123,20 +130,23 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 }
 
 // validate checks the input against the method's schema, then decodes it
-// into the method's input type for the handler.
-func (s *Server) validate(c *Call, h *rpc.Handler) error {
-	if err := c.Method.Schema.Validate(c.Input); err != nil {
-		return err
+// into the method's input type for the handler. It answers the input's
+// top-level fields as the schema's validator read them, so the envelope
+// reads the tenant and the decided-on id without parsing the input again.
+func (s *Server) validate(c *Call, h *rpc.Handler) (map[string]any, error) {
+	fields, verr := c.Method.Schema.ValidateObject(c.Input)
+	if verr != nil {
+		return nil, verr
 	}
 	if h == nil || h.Decode == nil {
-		return nil
+		return fields, nil
 	}
 	in, err := h.Decode(c.Input)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.SetInput(in)
-	return nil
+	return fields, nil
 }
 
 func phaseOf(m core.Method) string {
@@ -169,14 +179,11 @@ func (s *Server) knownTenant(ctx context.Context, c *Call) error {
 }
 
 // tenantOf reads the input's tenantId (the schema has already checked it).
-func tenantOf(input json.RawMessage) (string, error) {
-	var in struct {
-		TenantID string `json:"tenantId"`
+func tenantOf(fields map[string]any) (string, error) {
+	if id, _ := fields["tenantId"].(string); id != "" {
+		return id, nil
 	}
-	if err := json.Unmarshal(input, &in); err != nil || in.TenantID == "" {
-		return "", core.Errorf(core.CodeInvalidInput, "tenantId is required").WithDetails(map[string]any{"field": "tenantId", "reason": "required"})
-	}
-	return in.TenantID, nil
+	return "", core.Errorf(core.CodeInvalidInput, "tenantId is required").WithDetails(map[string]any{"field": "tenantId", "reason": "required"})
 }
 
 func (s *Server) authenticate(ctx context.Context, cred iam.Credential) (*iam.Caller, error) {
@@ -188,7 +195,7 @@ func (s *Server) authenticate(ctx context.Context, cred iam.Credential) (*iam.Ca
 
 // decide makes the method's one decision: Require for mutations, Authorize
 // for reads. Denials are opaque ACCESS_DENIED.
-func (s *Server) decide(ctx context.Context, c *Call) error {
+func (s *Server) decide(ctx context.Context, c *Call, fields map[string]any) error {
 	d, err := s.decisionOf(ctx, c)
 	if err != nil {
 		return err
@@ -198,7 +205,7 @@ func (s *Server) decide(ctx context.Context, c *Call) error {
 	if d.Resource.Source == core.IDGlobal {
 		c.DecisionTenant = s.rootTenant
 	}
-	if c.Resource, err = s.resourceOf(d.Resource, c); err != nil {
+	if c.Resource, err = s.resourceOf(d.Resource, c, fields); err != nil {
 		return err
 	}
 	req := c.Request(c.Resource)
@@ -257,8 +264,8 @@ func chooseDecision(m core.Method, input json.RawMessage) (core.Decision, error)
 	return core.Decision{}, core.Errorf(core.CodeInternal, "%s: no decision matches the input", m.FullName())
 }
 
-// resourceOf names the decided-on resource from the call's input.
-func (s *Server) resourceOf(ref core.ResourceRef, c *Call) (iam.Resource, error) {
+// resourceOf names the decided-on resource from the call's input fields.
+func (s *Server) resourceOf(ref core.ResourceRef, c *Call, fields map[string]any) (iam.Resource, error) {
 	typ := s.catalog.FullName(ref.Type)
 	switch ref.Source {
 	case core.IDGlobal:
@@ -266,9 +273,8 @@ func (s *Server) resourceOf(ref core.ResourceRef, c *Call) (iam.Resource, error)
 	case core.IDTenant:
 		return iam.Resource{Type: typ, ID: c.TenantID}, nil
 	case core.IDInput:
-		var fields map[string]json.RawMessage
-		var id string
-		if json.Unmarshal(c.Input, &fields) != nil || json.Unmarshal(fields[ref.Field], &id) != nil || id == "" {
+		id, _ := fields[ref.Field].(string)
+		if id == "" {
 			return iam.Resource{}, core.Errorf(core.CodeInvalidInput, "%s is required", ref.Field).
 				WithDetails(map[string]any{"field": ref.Field, "reason": "required"})
 		}

@@ -29,18 +29,39 @@ import (
 // queryCounter is a pgx tracer counting every query the API's pool sends;
 // it also keeps their SQL, in order, for the tests that compare two paths.
 type queryCounter struct {
-	n   atomic.Int64
-	mu  sync.Mutex
-	sql []string
+	n atomic.Int64 // statements, alone or in a batch
+	// alone counts statements sent on their own, batches the batches: the
+	// database round trips are their sum.
+	alone, batches atomic.Int64
+	mu             sync.Mutex
+	sql            []string
 }
 
 func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	q.n.Add(1)
-	q.mu.Lock()
-	q.sql = append(q.sql, d.SQL)
-	q.mu.Unlock()
+	q.alone.Add(1)
+	q.record(d.SQL)
 	return ctx
 }
+
+func (q *queryCounter) record(sql string) {
+	q.n.Add(1)
+	q.mu.Lock()
+	q.sql = append(q.sql, sql)
+	q.mu.Unlock()
+}
+
+func (q *queryCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	q.batches.Add(1)
+	return ctx
+}
+func (q *queryCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	q.record(d.SQL)
+}
+func (q *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// roundTrips is how many database round trips were sent since the last
+// call, and starts counting again.
+func (q *queryCounter) roundTrips() int64 { return q.alone.Swap(0) + q.batches.Swap(0) }
 
 // take returns the SQL sent since the last take and forgets it.
 func (q *queryCounter) take() []string {

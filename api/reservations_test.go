@@ -25,7 +25,7 @@ import (
 var reservationsT0 = time.Now().UTC().Truncate(time.Hour).Add(30 * 24 * time.Hour)
 
 // h100Pool makes acme's H100 pool with one schedulable 8-GPU node.
-func h100Pool(t *testing.T, e *env) (pools.Pool, nodes.Node) {
+func h100Pool(t testing.TB, e *env) (pools.Pool, nodes.Node) {
 	t.Helper()
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{}`)
@@ -335,5 +335,32 @@ func TestReservationsUnservedBindings(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM reservations`); n != 0 {
 		t.Fatalf("%d reservations written for unserved bindings", n)
+	}
+}
+
+// A get with its decision cached is one database round trip: BEGIN READ
+// ONLY, the reservation's one statement and COMMIT go as one pipeline.
+func TestReservationGetIsOneRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.client(e.boot.UserToken)
+	p, _ := h100Pool(t, e)
+	r, err := reservations.Create.Call(ctx, a, reserveInput("acme", p.ID, "one-trip", 1, reservationsT0, 3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
+	if _, err := reservations.Get.Call(ctx, a, in); err != nil { // caches the decision
+		t.Fatal(err)
+	}
+	e.queries.roundTrips()
+	e.queries.take()
+	got, err := reservations.Get.Call(ctx, a, in)
+	if err != nil || got.ID != r.ID || len(got.Allocations) != 1 {
+		t.Fatalf("get = %+v, %v", got, err)
+	}
+	sql := e.queries.take()
+	if n := e.queries.roundTrips(); n != 1 || len(sql) != 3 || sql[0] != "BEGIN READ ONLY" || sql[2] != "COMMIT" {
+		t.Fatalf("get: %d round trips, statements %q; want 1: BEGIN READ ONLY, the read, COMMIT", n, sql)
 	}
 }

@@ -485,32 +485,50 @@ func (s *Schema) ValidateValue(v any) *Error {
 // Unknown top-level fields are reported first, then the fields in
 // declaration order.
 func (s *Schema) Validate(input json.RawMessage) *Error {
+	_, err := s.ValidateObject(input)
+	return err
+}
+
+// ValidateObject is Validate answering, when the input is valid, its
+// top-level fields as the validator decoded them (strings, json.Number,
+// maps, slices), so a caller that reads a few fields need not decode the
+// input again.
+func (s *Schema) ValidateObject(input json.RawMessage) (map[string]any, *Error) {
+	v, e := s.validate(input)
+	if e != nil {
+		return nil, e
+	}
+	fields, _ := v.(map[string]any)
+	return fields, nil
+}
+
+func (s *Schema) validate(input json.RawMessage) (any, *Error) {
 	trimmed := bytes.TrimSpace(input)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
 		trimmed = []byte("{}")
 	}
 	if trimmed[0] != '{' {
-		return invalidField("", "type", "input must be a JSON object")
+		return nil, invalidField("", "type", "input must be a JSON object")
 	}
 	if e := checkText(trimmed); e != nil {
-		return e
+		return nil, e
 	}
 	v, err := validator.UnmarshalJSON(bytes.NewReader(trimmed))
 	if err != nil {
-		return Wrap(CodeInvalidInput, err, "input is not a valid JSON object").WithDetails(map[string]any{"field": "", "reason": "type"})
+		return nil, Wrap(CodeInvalidInput, err, "input is not a valid JSON object").WithDetails(map[string]any{"field": "", "reason": "type"})
 	}
 	verr := s.compiled.Validate(v)
 	if verr == nil {
-		return nil
+		return v, nil
 	}
 	ve, ok := verr.(*validator.ValidationError)
 	if !ok {
-		return Wrap(CodeInvalidInput, verr, "input is not valid")
+		return nil, Wrap(CodeInvalidInput, verr, "input is not valid")
 	}
 	var leaves []failure
 	collect(ve, &leaves)
 	if len(leaves) == 0 {
-		return Wrap(CodeInvalidInput, verr, "input is not valid").WithDetails(map[string]any{"field": "", "reason": "invalid"})
+		return nil, Wrap(CodeInvalidInput, verr, "input is not valid").WithDetails(map[string]any{"field": "", "reason": "invalid"})
 	}
 	slices.SortStableFunc(leaves, func(a, b failure) int { return s.rank(a) - s.rank(b) })
 	f := leaves[0]
@@ -518,7 +536,7 @@ func (s *Schema) Validate(input json.RawMessage) *Error {
 	if hint := s.unitHint(f, v); hint != "" {
 		e = e.WithDetails(map[string]any{"hint": hint})
 	}
-	return e
+	return nil, e
 }
 
 // unitHint explains a seconds field out of range whose value, read as

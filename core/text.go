@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -20,6 +21,11 @@ import (
 // encoding/json reports none of this, so the raw bytes are walked with
 // jsontext, whose strict decoder refuses invalid text and says where.
 func checkText(input []byte) *Error {
+	// Most inputs are valid UTF-8 with no escapes: none of what is refused
+	// can hide in them, so they skip the walk.
+	if utf8.Valid(input) && !bytes.Contains(input, []byte(`\u`)) && bytes.IndexByte(input, 0) < 0 {
+		return nil
+	}
 	strict := jsontext.NewDecoder(bytes.NewReader(input), jsontext.AllowDuplicateNames(true))
 	for {
 		tok, err := strict.ReadToken()

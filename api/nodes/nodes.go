@@ -137,8 +137,8 @@ func (m methods) nodes() []rpc.Descriptor {
 			}},
 		&rpc.Method[NodeInput, Node]{Name: Get, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in NodeInput) (Node, error) {
-				return domain.Get(ctx, tx, c.TenantID, in.NodeID, false)
+			Read: func(c *rpc.Call, b *store.Batch, in NodeInput) func() (Node, error) {
+				return domain.QueueGet(b, c.TenantID, in.NodeID)
 			}},
 		&rpc.Method[EventsInput, NodeEventList]{Name: Events, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,

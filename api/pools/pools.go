@@ -168,8 +168,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			}},
 		&rpc.Method[PoolInput, Pool]{Name: Get, Action: "compute:pools:read", DecidedOn: "compute-pool",
 			Phase: "v0.1", Kind: core.KindRead,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in PoolInput) (Pool, error) {
-				return domain.View(ctx, tx, c.TenantID, in.PoolID)
+			Read: func(c *rpc.Call, b *store.Batch, in PoolInput) func() (Pool, error) {
+				return domain.QueueView(b, c.TenantID, in.PoolID)
 			}},
 		// Oldest first: creation millisecond, then id.
 		&rpc.Method[ListInput, PoolList]{Name: List, Action: "compute:pools:read", DecidedOn: "compute-tenant + items",

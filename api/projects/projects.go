@@ -52,8 +52,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			}},
 		&rpc.Method[ProjectInput, Project]{Name: Get, Action: "compute:projects:read", DecidedOn: "compute-project",
 			Phase: "v0.1", Kind: core.KindRead,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ProjectInput) (Project, error) {
-				return domain.Get(ctx, tx, c.TenantID, in.ProjectID, false)
+			Read: func(c *rpc.Call, b *store.Batch, in ProjectInput) func() (Project, error) {
+				return domain.QueueGet(b, c.TenantID, in.ProjectID)
 			}},
 		// Oldest first: creation millisecond, then id.
 		&rpc.Method[rpc.TenantListInput, ProjectList]{Name: List, Action: "compute:projects:read", DecidedOn: "compute-tenant + items",

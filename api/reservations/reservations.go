@@ -135,8 +135,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			}},
 		&rpc.Method[ReservationInput, Reservation]{Name: Get, Action: "compute:reservations:read", DecidedOn: "compute-reservation",
 			Phase: "v0.1", Kind: core.KindRead,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ReservationInput) (Reservation, error) {
-				return domain.Load(ctx, tx, c.TenantID, in.ReservationID, false)
+			Read: func(c *rpc.Call, b *store.Batch, in ReservationInput) func() (Reservation, error) {
+				return domain.QueueLoad(b, c.TenantID, in.ReservationID)
 			}},
 		// Newest first: creation millisecond, then id, both descending.
 		&rpc.Method[ListInput, ReservationList]{Name: List, Action: "compute:reservations:read", DecidedOn: "compute-tenant + items",
@@ -294,11 +294,11 @@ func (m methods) extendStarted(ctx context.Context, c *rpc.Call, _ ExtendInput) 
 // read reads a reservation in a read-only transaction of its own, outside
 // the call's (after its commit).
 func (m methods) read(ctx context.Context, tenantID, id string) (r Reservation, err error) {
-	err = m.d.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
-		r, err = domain.Load(ctx, tx, tenantID, id, false)
-		return err
-	})
-	return r, err
+	var answer func() (Reservation, error)
+	if err := m.d.Store.Read(ctx, func(b *store.Batch) { answer = domain.QueueLoad(b, tenantID, id) }); err != nil {
+		return Reservation{}, err
+	}
+	return answer()
 }
 
 // ensureWorkflow starts a live reservation's workflow unless it runs or

@@ -107,7 +107,7 @@ type Info struct {
 }
 
 // Handler is a method's handler, type-erased. Exactly one of Direct, Run,
-// List and Admission is set.
+// Read, List and Admission is set.
 type Handler struct {
 	// Decode reads a validated input into the method's input type.
 	Decode func(input json.RawMessage) (any, error)
@@ -116,6 +116,10 @@ type Handler struct {
 	// Run is the handler of a read or a mutation, in the call's transaction
 	// (read-only for reads).
 	Run func(ctx context.Context, c *Call, tx store.Tx) (any, error)
+	// Read is the handler of a read whose statements are all known before
+	// any runs: it queues them in b, the envelope sends them in one round
+	// trip (store.Read), then calls the answer Read returned.
+	Read func(c *Call, b *store.Batch) func() (any, error)
 	// List reads one page of a "+ items" list; the envelope then keeps only
 	// the items the caller may read.
 	List func(ctx context.Context, c *Call, tx store.Tx) (Page, error)
@@ -160,7 +164,7 @@ func (r Ref[In, Out]) Call(ctx context.Context, c Caller, in In) (Out, error) {
 }
 
 // Method describes one method whose input is In and whose answer is Out.
-// Set exactly one of Direct, Run, List and Admission.
+// Set exactly one of Direct, Run, Read, List and Admission.
 type Method[In, Out any] struct {
 	Name      Ref[In, Out]
 	Action    string // the table's action cell
@@ -168,8 +172,11 @@ type Method[In, Out any] struct {
 	Phase     string // the table's phase cell
 	Kind      core.Kind
 
-	Direct    func(ctx context.Context, c *Call, in In) (Out, error)
-	Run       func(ctx context.Context, c *Call, tx store.Tx, in In) (Out, error)
+	Direct func(ctx context.Context, c *Call, in In) (Out, error)
+	Run    func(ctx context.Context, c *Call, tx store.Tx, in In) (Out, error)
+	// Read, for reads only, queues the read's statements (with their scan
+	// callbacks) and answers once they have run; see Handler.Read.
+	Read      func(c *Call, b *store.Batch, in In) func() (Out, error)
 	List      func(ctx context.Context, c *Call, tx store.Tx, in In) (Page, error)
 	Admission *Admission[In, Out]
 	Refresh   bool
@@ -221,6 +228,12 @@ func (m *Method[In, Out]) Handler() *Handler {
 	}
 	if f := m.Run; f != nil {
 		h.Run = func(ctx context.Context, c *Call, tx store.Tx) (any, error) { return f(ctx, c, tx, input[In](c)) }
+	}
+	if f := m.Read; f != nil {
+		h.Read = func(c *Call, b *store.Batch) func() (any, error) {
+			answer := f(c, b, input[In](c))
+			return func() (any, error) { return answer() }
+		}
 	}
 	if f := m.List; f != nil {
 		h.List = func(ctx context.Context, c *Call, tx store.Tx) (Page, error) { return f(ctx, c, tx, input[In](c)) }
@@ -344,14 +357,16 @@ func PageFrom[T any](rows []T, next string, resource func(T) iam.Resource, wrap 
 // Check reports a handler whose shape does not fit its method's kind.
 func Check(info Info, h *Handler) error {
 	set := 0
-	for _, b := range []bool{h.Direct != nil, h.Run != nil, h.List != nil, h.Admission != nil} {
+	for _, b := range []bool{h.Direct != nil, h.Run != nil, h.Read != nil, h.List != nil, h.Admission != nil} {
 		if b {
 			set++
 		}
 	}
 	switch {
 	case set != 1:
-		return fmt.Errorf("%s: set exactly one of Direct, Run, List and Admission", info.Name)
+		return fmt.Errorf("%s: set exactly one of Direct, Run, Read, List and Admission", info.Name)
+	case h.Read != nil && info.Kind != core.KindRead:
+		return fmt.Errorf("%s: Read serves reads only", info.Name)
 	case (info.Kind == core.KindAdmission) != (h.Admission != nil):
 		return fmt.Errorf("%s: an admission method needs an admission handler, and only it", info.Name)
 	case h.After != nil && h.Run == nil:

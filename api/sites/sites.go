@@ -93,8 +93,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			}},
 		&rpc.Method[SiteInput, Site]{Name: Get, Action: "compute:sites:read", DecidedOn: "compute-site",
 			Phase: "v0.1", Kind: core.KindRead,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in SiteInput) (Site, error) {
-				return domain.Load(ctx, tx, c.TenantID, in.SiteID, false)
+			Read: func(c *rpc.Call, b *store.Batch, in SiteInput) func() (Site, error) {
+				return domain.QueueLoad(b, c.TenantID, in.SiteID)
 			}},
 		// Oldest first: creation millisecond, then id.
 		&rpc.Method[rpc.TenantListInput, SiteList]{Name: List, Action: "compute:sites:read", DecidedOn: "compute-tenant + items",

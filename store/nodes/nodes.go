@@ -249,11 +249,23 @@ func PutAuthz(ctx context.Context, tx store.Tx, t Types, n Node) error {
 // Get reads a live node of the tenant; lock takes it for a change.
 // Another tenant's node, a deleted one or none is NOT_FOUND.
 func Get(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Node, error) {
-	q := nodeSelect + ` WHERE n.tenant_id = $1 AND n.id = $2 AND n.deleted_at IS NULL`
+	q := getSQL
 	if lock {
 		q += ` FOR UPDATE OF n`
 	}
-	n, err := scanNode(tx.QueryRow(ctx, q, tenantID, id))
+	return scanGot(tx.QueryRow(ctx, q, tenantID, id), id)
+}
+
+// QueueGet queues Get's read (unlocked) in b (store.Read); the answer is
+// valid once b has run.
+func QueueGet(b *store.Batch, tenantID, id string) func() (Node, error) {
+	return store.QueueRow(b, func(row pgx.Row) (Node, error) { return scanGot(row, id) }, getSQL, tenantID, id)
+}
+
+const getSQL = nodeSelect + ` WHERE n.tenant_id = $1 AND n.id = $2 AND n.deleted_at IS NULL`
+
+func scanGot(row pgx.Row, id string) (Node, error) {
+	n, err := scanNode(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Node{}, NotFound(id)
 	}

@@ -223,7 +223,19 @@ func Get(ctx context.Context, tx store.Tx, id string) (Pool, error) {
 
 // View reads a pool in the tenant's view: its own, or one offered to it.
 func View(ctx context.Context, tx store.Tx, tenantID, id string) (Pool, error) {
-	p, err := scan(tx.QueryRow(ctx, selectPools+` WHERE p.id = $2 AND (p.tenant_id = $1 OR o.tenant_id IS NOT NULL)`, tenantID, id))
+	return scanViewed(tx.QueryRow(ctx, viewSQL, tenantID, id), id)
+}
+
+// QueueView queues View's read in b (store.Read); the answer is valid once
+// b has run.
+func QueueView(b *store.Batch, tenantID, id string) func() (Pool, error) {
+	return store.QueueRow(b, func(row pgx.Row) (Pool, error) { return scanViewed(row, id) }, viewSQL, tenantID, id)
+}
+
+const viewSQL = selectPools + ` WHERE p.id = $2 AND (p.tenant_id = $1 OR o.tenant_id IS NOT NULL)`
+
+func scanViewed(row pgx.Row, id string) (Pool, error) {
+	p, err := scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Pool{}, NotFound(id)
 	}

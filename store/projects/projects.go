@@ -67,11 +67,23 @@ func Create(ctx context.Context, tx store.Tx, typ, tenantID, name, description, 
 
 // Get reads a project of the tenant; another tenant's is NOT_FOUND.
 func Get(ctx context.Context, tx store.Tx, tenantID, id string, forUpdate bool) (Project, error) {
-	q := `SELECT ` + columns + ` FROM projects WHERE tenant_id = $1 AND id = $2`
+	q := getSQL
 	if forUpdate {
 		q += ` FOR UPDATE`
 	}
-	p, err := scan(tx.QueryRow(ctx, q, tenantID, id))
+	return scanGot(tx.QueryRow(ctx, q, tenantID, id), id)
+}
+
+// QueueGet queues Get's read (unlocked) in b (store.Read); the answer is
+// valid once b has run.
+func QueueGet(b *store.Batch, tenantID, id string) func() (Project, error) {
+	return store.QueueRow(b, func(row pgx.Row) (Project, error) { return scanGot(row, id) }, getSQL, tenantID, id)
+}
+
+const getSQL = `SELECT ` + columns + ` FROM projects WHERE tenant_id = $1 AND id = $2`
+
+func scanGot(row pgx.Row, id string) (Project, error) {
+	p, err := scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Project{}, core.Errorf(core.CodeNotFound, "project %s not found", id)
 	}

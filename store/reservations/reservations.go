@@ -117,11 +117,15 @@ const columns = `r.id, r.tenant_id, r.owner_identity_id, r.pool_id, r.project_id
 	COALESCE(r.end_reason, ''), (extract(epoch FROM r.ended_at) * 1000)::bigint, r.conditions,
 	(extract(epoch FROM r.created_at) * 1000)::bigint, (extract(epoch FROM r.updated_at) * 1000)::bigint`
 
-func scan(row pgx.Row) (Reservation, error) {
+func scan(row pgx.Row) (Reservation, error) { return scanRow(row) }
+
+// scanRow scans columns and then the extra columns into more.
+func scanRow(row pgx.Row, more ...any) (Reservation, error) {
 	var r Reservation
 	var failure []byte
-	err := row.Scan(&r.ID, &r.TenantID, &r.OwnerIdentityID, &r.PoolID, &r.ProjectID, &r.State, &r.Devices, &r.Start, &r.End,
-		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.EndReason, &r.EndedAt, &r.Conditions, &r.CreatedAt, &r.UpdatedAt)
+	err := row.Scan(append([]any{&r.ID, &r.TenantID, &r.OwnerIdentityID, &r.PoolID, &r.ProjectID, &r.State, &r.Devices, &r.Start, &r.End,
+		&r.Binding, &r.LeaseSeconds, &r.LeaseExpiresAt, &r.Spot, &failure, &r.EndReason, &r.EndedAt, &r.Conditions, &r.CreatedAt, &r.UpdatedAt},
+		more...)...)
 	if failure != nil {
 		r.Failure = failure
 	}
@@ -133,57 +137,90 @@ func scan(row pgx.Row) (Reservation, error) {
 }
 
 // Load reads one of the tenant's reservations with its allocations
-// (NOT_FOUND for another tenant's); lock locks the row.
+// (NOT_FOUND for another tenant's); lock locks the row first, so the read
+// that follows sees what committed while the lock was awaited.
 func Load(ctx context.Context, tx store.Tx, tenantID, id string, lock bool) (Reservation, error) {
-	q := `SELECT ` + columns + ` FROM reservations r WHERE r.id = $1 AND r.tenant_id = $2`
 	if lock {
-		q += ` FOR UPDATE`
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM reservations WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, id, tenantID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Reservation{}, notFound(id)
+		}
+		if err != nil {
+			return Reservation{}, err
+		}
 	}
-	r, err := scan(tx.QueryRow(ctx, q, id, tenantID))
+	return scanLoaded(tx.QueryRow(ctx, loadSQL, loadArgs(tenantID, id)...), id)
+}
+
+// QueueLoad queues Load's read (unlocked) in b, for a read that runs in
+// one round trip (store.Read); the answer is valid once b has run.
+func QueueLoad(b *store.Batch, tenantID, id string) func() (Reservation, error) {
+	return store.QueueRow(b, func(row pgx.Row) (Reservation, error) { return scanLoaded(row, id) }, loadSQL, loadArgs(tenantID, id)...)
+}
+
+func notFound(id string) error { return core.Errorf(core.CodeNotFound, "reservation %s not found", id) }
+
+// loadSQL reads a reservation and, in the same statement, its allocations
+// as JSON, each with how an active reservation's workload reaches it: the
+// kind and number of the CDI devices of the allocation's cdi.expose
+// command that succeeded (the agent names a spec's devices after the
+// command's, in order), and the host name of the node's latest inventory.
+// Reading them in the statement that reads the row lets a read decision on
+// the reservation cover them, in one statement. $3 is the bind key of the
+// reservation with an empty allocation id, to which the allocation's id is
+// appended.
+const loadSQL = `SELECT ` + columns + `, COALESCE((
+		SELECT json_agg(json_build_object('id', a.id, 'nodeId', a.node_id, 'atoms', a.atoms,
+			'cdiKind', x.kind, 'cdiDevices', x.devices, 'nodeAddress', h.hostname) ORDER BY a.node_id, a.id)
+		FROM allocations a
+		LEFT JOIN LATERAL (
+			SELECT COALESCE(c.args->>'kind', '') AS kind, jsonb_array_length(c.args->'devices') AS devices
+			FROM node_commands c
+			WHERE r.state = 'active' AND c.node_id = a.node_id AND c.idempotency_key = $3 || a.id
+				AND c.kind = 'cdi.expose' AND c.state = 'succeeded' AND jsonb_typeof(c.args->'devices') = 'array'
+		) x ON true
+		LEFT JOIN LATERAL (
+			SELECT COALESCE(i.document->'system'->>'hostname', '') AS hostname
+			FROM node_inventories i
+			WHERE r.state = 'active' AND i.node_id = a.node_id ORDER BY i.seq DESC LIMIT 1
+		) h ON true
+		WHERE a.reservation_id = r.id), '[]')
+	FROM reservations r WHERE r.id = $1 AND r.tenant_id = $2`
+
+func loadArgs(tenantID, id string) []any { return []any{id, tenantID, store.BindKey(id, "")} }
+
+// loadedAllocation is one allocation as loadSQL answers it.
+type loadedAllocation struct {
+	ID          string   `json:"id"`
+	NodeID      string   `json:"nodeId"`
+	Atoms       []string `json:"atoms"`
+	CDIKind     string   `json:"cdiKind"`
+	CDIDevices  int      `json:"cdiDevices"`
+	NodeAddress string   `json:"nodeAddress"`
+}
+
+func scanLoaded(row pgx.Row, id string) (Reservation, error) {
+	var allocations []byte
+	r, err := scanRow(row, &allocations)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, core.Errorf(core.CodeNotFound, "reservation %s not found", id)
+		return r, notFound(id)
 	}
 	if err != nil {
 		return r, err
 	}
-	list := []Reservation{r}
-	if err = withAllocations(ctx, tx, list); err != nil {
-		return list[0], err
+	var loaded []loadedAllocation
+	if err := json.Unmarshal(allocations, &loaded); err != nil {
+		return r, fmt.Errorf("reservation %s: allocations: %w", id, err)
 	}
-	if r.State == string(states.Active) {
-		err = withAccess(ctx, tx, &list[0])
+	for _, l := range loaded {
+		a := Allocation{ID: l.ID, NodeID: l.NodeID, Atoms: l.Atoms, NodeAddress: l.NodeAddress}
+		for d := range l.CDIDevices {
+			a.CDIDevices = append(a.CDIDevices, protocol.CDIDevice(l.CDIKind, r.ID, d))
+		}
+		r.Allocations = append(r.Allocations, a)
 	}
-	return list[0], err
-}
-
-// withAccess fills in an active reservation's allocations with how its
-// workload reaches them, in the transaction that read the row, so the
-// read decision on the reservation covers them: the names of the CDI
-// devices of each allocation's cdi.expose command that succeeded (the
-// agent names a spec's devices after the command's, in order), and the
-// host name of the node's latest inventory.
-func withAccess(ctx context.Context, tx store.Tx, r *Reservation) error {
-	for i := range r.Allocations {
-		a := &r.Allocations[i]
-		var kind string
-		var devices int
-		err := tx.QueryRow(ctx, `SELECT COALESCE(c.args->>'kind', ''), jsonb_array_length(c.args->'devices')
-			FROM node_commands c WHERE c.node_id = $1 AND c.idempotency_key = $2 AND c.kind = 'cdi.expose'
-				AND c.state = 'succeeded' AND jsonb_typeof(c.args->'devices') = 'array'`,
-			a.NodeID, store.BindKey(r.ID, a.ID)).Scan(&kind, &devices)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		for d := range devices {
-			a.CDIDevices = append(a.CDIDevices, protocol.CDIDevice(kind, r.ID, d))
-		}
-		err = tx.QueryRow(ctx, `SELECT COALESCE(document->'system'->>'hostname', '') FROM node_inventories
-			WHERE node_id = $1 ORDER BY seq DESC LIMIT 1`, a.NodeID).Scan(&a.NodeAddress)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-	}
-	return nil
+	return r, nil
 }
 
 // withAllocations fills in the reservations' allocations with one query.

@@ -160,11 +160,23 @@ func Create(ctx context.Context, tx store.Tx, typ, rootTenant, tenantID, created
 
 // Load reads a site of the tenant; another tenant's is NOT_FOUND.
 func Load(ctx context.Context, tx store.Tx, tenantID, id string, forUpdate bool) (Site, error) {
-	q := `SELECT ` + columns + ` FROM sites WHERE tenant_id = $1 AND id = $2`
+	q := loadSQL
 	if forUpdate {
 		q += ` FOR UPDATE`
 	}
-	st, err := scan(tx.QueryRow(ctx, q, tenantID, id))
+	return scanLoaded(tx.QueryRow(ctx, q, tenantID, id), id)
+}
+
+// QueueLoad queues Load's read (unlocked) in b (store.Read); the answer is
+// valid once b has run.
+func QueueLoad(b *store.Batch, tenantID, id string) func() (Site, error) {
+	return store.QueueRow(b, func(row pgx.Row) (Site, error) { return scanLoaded(row, id) }, loadSQL, tenantID, id)
+}
+
+const loadSQL = `SELECT ` + columns + ` FROM sites WHERE tenant_id = $1 AND id = $2`
+
+func scanLoaded(row pgx.Row, id string) (Site, error) {
+	st, err := scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Site{}, core.Errorf(core.CodeNotFound, "site %s not found", id)
 	}
