@@ -207,7 +207,7 @@ func TestAgentSessionLiveness(t *testing.T) {
 	// Heartbeats renew the lease.
 	leaseOf := func() time.Time {
 		var at time.Time
-		if err := ae.store.Pool.QueryRow(context.Background(), `SELECT liveness_expires_at FROM nodes WHERE id = $1`,
+		if err := ae.store.Pool.QueryRow(context.Background(), `SELECT expires_at FROM node_liveness WHERE node_id = $1`,
 			ae.node.ID).Scan(&at); err != nil {
 			t.Fatal(err)
 		}
@@ -382,8 +382,8 @@ func TestAgentSessionSupersedeAndClockSkew(t *testing.T) {
 
 	// A lapsed lease (forced) makes the node unreachable; the next heartbeat
 	// brings it back and clears NodeUnreachable.
-	if _, err := ae.store.Pool.Exec(context.Background(), `UPDATE nodes SET liveness_expires_at = now() - interval '1 minute'
-		WHERE id = $1`, ae.node.ID); err != nil {
+	if _, err := ae.store.Pool.Exec(context.Background(), `UPDATE node_liveness SET expires_at = now() - interval '1 minute'
+		WHERE node_id = $1`, ae.node.ID); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := ae.gateway.SweepLiveness(context.Background()); err != nil || n != 1 {

@@ -34,6 +34,9 @@ import (
 const (
 	DefaultAgentLease     = 40 * time.Second
 	DefaultAgentHeartbeat = 10 * time.Second
+	// DefaultIdentityRecheck is how often a session checks its identity
+	// again (expiry; a revocation's notice ends it at once).
+	DefaultIdentityRecheck = time.Minute
 	// DefaultSiteLease is the site boot lease's ttl; the agent renews every
 	// third of it.
 	DefaultSiteLease = 30 * time.Second
@@ -58,6 +61,12 @@ type Deps struct {
 	// asks of the agent (default DefaultAgentHeartbeat). Tests shrink them.
 	AgentLease     time.Duration
 	AgentHeartbeat time.Duration
+	// HeartbeatFlush is how long a heartbeat waits for others to join its
+	// batch write (default DefaultHeartbeatFlush); IdentityRecheck how
+	// often a session checks its certificate again on a heartbeat
+	// (default DefaultIdentityRecheck; a revocation ends it at once).
+	HeartbeatFlush  time.Duration
+	IdentityRecheck time.Duration
 	// TemporalAddress (host:port) and TemporalNamespace are the Temporal
 	// frontend site agents (`bcd site`) are told to dial at registration;
 	// without them site registration answers UNAVAILABLE.
@@ -81,6 +90,7 @@ type Gateway struct {
 	deps      Deps
 	types     domain.Types
 	hub       hub
+	beats     *heartbeatBatcher
 	heartbeat prometheus.Histogram
 }
 
@@ -104,6 +114,12 @@ func New(d Deps) (*Gateway, error) {
 	if d.SiteLease <= 0 {
 		d.SiteLease = DefaultSiteLease
 	}
+	if d.HeartbeatFlush <= 0 {
+		d.HeartbeatFlush = DefaultHeartbeatFlush
+	}
+	if d.IdentityRecheck <= 0 {
+		d.IdentityRecheck = DefaultIdentityRecheck
+	}
 	if d.Catalog == nil {
 		var err error
 		if d.Catalog, err = core.DefaultCatalog(); err != nil {
@@ -111,8 +127,9 @@ func New(d Deps) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{deps: d, types: domain.TypesOf(d.Catalog),
+		beats: newHeartbeatBatcher(d.HeartbeatFlush, recordBeats(d.Store, d.AgentLease), d.Logger),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "bc_agent_heartbeat_seconds", Help: "Handling time of agent session heartbeat frames.",
+			Name: "bc_agent_heartbeat_seconds", Help: "Handling time of recorded agent heartbeats, until their batch committed.",
 			Buckets: heartbeatBuckets,
 		})}
 	if d.Metrics != nil {

@@ -243,6 +243,7 @@ func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 	// the check reaches the session through the hub.
 	g.registerAgent(a)
 	defer g.unregisterAgent(a)
+	checked := time.Now()
 	ok, err := domain.NodeIdentityValid(ctx, g.deps.Store.Pool, nodeID, a.serial)
 	if err != nil {
 		log.Error("agent session: identity check", "error", err)
@@ -269,7 +270,7 @@ func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	sess := &sessionConn{g: g, a: a, w: w, rc: rc, log: log}
+	sess := &sessionConn{g: g, a: a, w: w, rc: rc, log: log, identityAt: checked}
 	cause := sess.run(ctx, r.Body)
 	log.Info("agent session ended", "epoch", a.getEpoch(), "cause", cause)
 }
@@ -289,6 +290,8 @@ type sessionConn struct {
 	cancelled map[int64]bool
 	// lastPass is when deliver last read the pending commands.
 	lastPass time.Time
+	// identityAt is when the identity was last found valid.
+	identityAt time.Time
 }
 
 func (c *sessionConn) send(v any) error {
@@ -355,12 +358,8 @@ func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 		case <-timer.C:
 			return errLeaseLost
 		case <-c.a.recheck:
-			ok, err := domain.NodeIdentityValid(ctx, c.g.deps.Store.Pool, c.a.nodeID, c.a.serial)
-			if err != nil {
+			if err := c.checkIdentity(ctx); err != nil {
 				return err
-			}
-			if !ok {
-				return errRevoked
 			}
 		case <-c.a.commands:
 			if c.a.getEpoch() > 0 {
@@ -391,11 +390,19 @@ func (c *sessionConn) frame(ctx context.Context, frame any) error {
 		return c.hello(ctx, hello)
 	case protocol.Heartbeat:
 		hbStart := time.Now()
-		generation, err := c.g.heartbeatFrame(ctx, c.a, epoch, f.Clock)
-		c.g.heartbeat.Observe(time.Since(hbStart).Seconds())
+		generation, err := c.heartbeatFrame(ctx, epoch, f.Clock)
+		if errors.Is(err, errHeartbeatNotRecorded) {
+			// The database refused the batch: this heartbeat renewed
+			// nothing and is not counted as handled. The session stays;
+			// the next heartbeat tries again, and a lease that lapses
+			// meanwhile is the sweep's to judge.
+			c.log.Warn("agent session: heartbeat not recorded", "error", err)
+			return nil
+		}
 		if err != nil {
 			return err
 		}
+		c.g.heartbeat.Observe(time.Since(hbStart).Seconds())
 		if generation > c.lastSpec {
 			if err := c.sendSpec(ctx); err != nil {
 				return err
@@ -557,16 +564,48 @@ func (g *Gateway) inFencedTx(ctx context.Context, nodeID string, epoch int64, fn
 	})
 }
 
-// heartbeatFrame renews the liveness lease in the session's epoch, brings
-// the node back to connected and checks the identity again. It answers the
-// node's NodeSpec generation.
-func (g *Gateway) heartbeatFrame(ctx context.Context, a *agentSession, epoch, clock int64) (generation int64, err error) {
+// heartbeatFrame renews the liveness lease in the session's epoch through
+// the process's batcher, brings the node's row back in step when the
+// batch says it is not (connectivity, liveness conditions), and checks the
+// identity again when the last check is older than Deps.IdentityRecheck
+// (a revocation ends the session at once through its notice). It answers
+// the node's NodeSpec generation.
+func (c *sessionConn) heartbeatFrame(ctx context.Context, epoch, clock int64) (generation int64, err error) {
 	skew := time.Duration(clock-time.Now().UnixMilli()) * time.Millisecond
-	err = g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		generation, err = domain.Heartbeat(ctx, tx, a.nodeID, a.serial, epoch, g.deps.AgentLease, skew)
+	res, err := c.g.beats.submit(ctx, domain.Beat{NodeID: c.a.nodeID, Epoch: epoch, Skew: skew})
+	if err != nil {
+		return 0, err
+	}
+	if !res.Recorded {
+		return 0, errSuperseded
+	}
+	if res.NeedsRepair {
+		if err := c.g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+			return domain.RepairLiveness(ctx, tx, c.a.nodeID, epoch, skew)
+		}); err != nil {
+			return 0, err
+		}
+	}
+	if time.Since(c.identityAt) >= c.g.deps.IdentityRecheck {
+		if err := c.checkIdentity(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return res.Generation, nil
+}
+
+// checkIdentity ends the session (errRevoked) when its certificate is no
+// longer a valid identity of the node.
+func (c *sessionConn) checkIdentity(ctx context.Context) error {
+	ok, err := domain.NodeIdentityValid(ctx, c.g.deps.Store.Pool, c.a.nodeID, c.a.serial)
+	if err != nil {
 		return err
-	})
-	return generation, err
+	}
+	if !ok {
+		return errRevoked
+	}
+	c.identityAt = time.Now()
+	return nil
 }
 
 // endSession marks the node disconnected when the ended session still
