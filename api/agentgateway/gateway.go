@@ -91,6 +91,7 @@ type Gateway struct {
 	types     domain.Types
 	hub       hub
 	beats     *heartbeatBatcher
+	beatConn  *beatConn
 	heartbeat prometheus.Histogram
 }
 
@@ -127,11 +128,14 @@ func New(d Deps) (*Gateway, error) {
 		}
 	}
 	g := &Gateway{deps: d, types: domain.TypesOf(d.Catalog),
-		beats: newHeartbeatBatcher(d.HeartbeatFlush, recordBeats(d.Store, d.AgentLease), d.Logger),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "bc_agent_heartbeat_seconds", Help: "Handling time of recorded agent heartbeats, until their batch committed.",
 			Buckets: heartbeatBuckets,
 		})}
+	if d.Store != nil {
+		g.beatConn = newBeatConn(d.Store.Pool.Config().ConnConfig, d.AgentLease)
+		g.beats = newHeartbeatBatcher(d.HeartbeatFlush, g.beatConn.write, d.Logger)
+	}
 	if d.Metrics != nil {
 		sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "bc_agent_sessions", Help: "Live agent sessions of this process.",
@@ -170,6 +174,24 @@ func TLSConfig(ca *nodeca.CA, hosts []string) (*tls.Config, error) {
 		MinVersion:   tls.VersionTLS13,
 		NextProtos:   []string{"h2"},
 	}, nil
+}
+
+// HTTP2Config is the agent listener's HTTP/2 settings, sized for many
+// long-lived connections that each carry one session stream of small
+// frames: a few streams per connection (a reconnect may briefly overlap
+// the old stream), 64 KiB flow-control windows (a larger inventory frame
+// still passes, one window at a time, as the session reads it), the
+// smallest read frame size and small header tables. Each idle connection
+// then holds as little as HTTP/2 allows.
+func HTTP2Config() *http.HTTP2Config {
+	return &http.HTTP2Config{
+		MaxConcurrentStreams:          4,
+		MaxReadFrameSize:              16 << 10,
+		MaxReceiveBufferPerConnection: 64 << 10,
+		MaxReceiveBufferPerStream:     64 << 10,
+		MaxDecoderHeaderTableSize:     1 << 10,
+		MaxEncoderHeaderTableSize:     1 << 10,
+	}
 }
 
 // readJSON reads a bounded JSON body into v, refusing unknown fields.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/nodes"
 )
@@ -23,7 +25,7 @@ import (
 const (
 	// DefaultHeartbeatFlush is how long a heartbeat waits for others to
 	// join its batch.
-	DefaultHeartbeatFlush = 500 * time.Millisecond
+	DefaultHeartbeatFlush = 250 * time.Millisecond
 	// heartbeatBatchMax bounds one statement's rows; a flush with more
 	// writes several.
 	heartbeatBatchMax = 5000
@@ -38,7 +40,7 @@ const (
 // sessions sees it.
 var errHeartbeatNotRecorded = errors.New("the heartbeat was not recorded")
 
-// beatWriter records one batch; the default is recordBeats.
+// beatWriter records one batch; the gateway's is beatConn.write.
 type beatWriter func(ctx context.Context, beats []domain.Beat) ([]domain.BeatResult, error)
 
 type pendingBeat struct {
@@ -69,19 +71,60 @@ func newHeartbeatBatcher(every time.Duration, write beatWriter, log *slog.Logger
 	return &heartbeatBatcher{every: every, write: write, log: log}
 }
 
-// recordBeats is the batcher's writer over the store: one transaction,
-// without waiting for the WAL flush (a heartbeat is soft state).
-func recordBeats(s *store.Store, lease time.Duration) beatWriter {
-	return func(ctx context.Context, beats []domain.Beat) (out []domain.BeatResult, err error) {
-		err = s.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-			if err := domain.HeartbeatTx(ctx, tx); err != nil {
-				return err
-			}
-			out, err = domain.RecordHeartbeats(ctx, tx, lease, beats)
-			return err
-		})
-		return out, err
+// beatConn is the batcher's own database connection. Heartbeats do not
+// share the pool: while thousands of sessions start, their hellos and
+// first deliveries can hold every pooled connection for seconds, and a
+// batch waiting behind them would let leases lapse. The connection is
+// opened on the first write, dropped after a failed one (the retry opens
+// another) and closed when the process holds no session (close).
+type beatConn struct {
+	config *pgx.ConnConfig
+	lease  time.Duration
+	mu     sync.Mutex
+	conn   *pgx.Conn
+}
+
+func newBeatConn(config *pgx.ConnConfig, lease time.Duration) *beatConn {
+	return &beatConn{config: config, lease: lease}
+}
+
+// write records one batch in one transaction, without waiting for the WAL
+// flush (a heartbeat is soft state).
+func (c *beatConn) write(ctx context.Context, beats []domain.Beat) (out []domain.BeatResult, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		if c.conn, err = pgx.ConnectConfig(ctx, c.config.Copy()); err != nil {
+			return nil, fmt.Errorf("heartbeat connection: %w", err)
+		}
 	}
+	err = pgx.BeginTxFunc(ctx, c.conn, store.ReadWrite, func(tx pgx.Tx) (err error) {
+		if err := domain.HeartbeatTx(ctx, tx); err != nil {
+			return err
+		}
+		out, err = domain.RecordHeartbeats(ctx, tx, c.lease, beats)
+		return err
+	})
+	if err != nil {
+		c.closeLocked()
+	}
+	return out, err
+}
+
+func (c *beatConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeLocked()
+}
+
+func (c *beatConn) closeLocked() {
+	if c.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.conn.Close(ctx)
+	c.conn = nil
 }
 
 // submit hands a heartbeat to the next batch and waits for its outcome.

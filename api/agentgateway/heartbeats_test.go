@@ -54,6 +54,13 @@ func sessionNodes(t *testing.T, s *store.Store, n int) []domain.Beat {
 	return beats
 }
 
+// beatConnOf is the batcher's writer on s, closed when the test ends.
+func beatConnOf(t *testing.T, s *store.Store) *beatConn {
+	c := newBeatConn(s.Pool.Config().ConnConfig, time.Minute)
+	t.Cleanup(c.close)
+	return c
+}
+
 func renewed(t *testing.T, s *store.Store, nodeID string) bool {
 	t.Helper()
 	var ok bool
@@ -117,7 +124,7 @@ func TestHeartbeatBatcherWritesManySessionsInOneStatement(t *testing.T) {
 	stale := beats[7]
 	stale.Epoch += 3 // a superseded session's heartbeat
 	all := append(append([]domain.Beat(nil), beats...), stale)
-	w := &countingWriter{next: recordBeats(s, time.Minute)}
+	w := &countingWriter{next: beatConnOf(t, s).write}
 	res, errs := submitAll(t, w.write, all)
 	if got := w.sizes(); len(got) != 1 || got[0] != len(all) {
 		t.Fatalf("writes %v, want one of %d heartbeats", got, len(all))
@@ -140,7 +147,7 @@ func TestHeartbeatBatcherWritesManySessionsInOneStatement(t *testing.T) {
 func TestHeartbeatBatcherRetriesAFailedWrite(t *testing.T) {
 	s := testenv.Store(t)
 	beats := sessionNodes(t, s, 10)
-	w := &countingWriter{failFirst: 1, next: recordBeats(s, time.Minute)}
+	w := &countingWriter{failFirst: 1, next: beatConnOf(t, s).write}
 	res, errs := submitAll(t, w.write, beats)
 	if got := w.sizes(); len(got) != 2 || got[0] != len(beats) || got[1] != len(beats) {
 		t.Fatalf("writes %v, want the batch of %d twice", got, len(beats))
@@ -155,7 +162,7 @@ func TestHeartbeatBatcherRetriesAFailedWrite(t *testing.T) {
 func TestHeartbeatBatcherReportsAWriteThatKeepsFailing(t *testing.T) {
 	s := testenv.Store(t)
 	beats := sessionNodes(t, s, 10)
-	w := &countingWriter{failFirst: -1, next: recordBeats(s, time.Minute)}
+	w := &countingWriter{failFirst: -1, next: beatConnOf(t, s).write}
 	res, errs := submitAll(t, w.write, beats)
 	if got := w.sizes(); len(got) != heartbeatWriteAttempts {
 		t.Fatalf("writes %v, want %d attempts", got, heartbeatWriteAttempts)

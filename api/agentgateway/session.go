@@ -2,6 +2,7 @@ package agentgateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -59,18 +62,46 @@ type agentSession struct {
 	nodeID string
 	serial string
 	cancel context.CancelCauseFunc
-	// recheck asks the session to check its identity again (a revocation
-	// notice); commands to read the node's pending commands.
-	recheck  chan struct{}
-	commands chan struct{}
-	mu       sync.Mutex
-	epoch    int64
+	mu     sync.Mutex
+	epoch  int64
+	// notices are the notice kinds not yet served (noticeIdentity,
+	// noticeCommands); conn is the session's stream once it is served.
+	notices atomic.Uint32
+	conn    atomic.Pointer[sessionConn]
 }
 
-func (a *agentSession) poke(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
+// Notice kinds: check the identity again (a revocation), read the node's
+// pending commands.
+const (
+	noticeIdentity uint32 = 1 << iota
+	noticeCommands
+)
+
+// notify asks the session to serve a notice. A session has no goroutine
+// waiting for notices: the first notice of a quiet session starts one,
+// which serves every notice that comes until none is left.
+func (a *agentSession) notify(kind uint32) {
+	if a.notices.Or(kind) == 0 {
+		go a.serveNotices()
+	}
+}
+
+func (a *agentSession) serveNotices() {
+	c := a.conn.Load()
+	if c == nil {
+		return // the stream serves what is pending once it is up
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.closed {
+		kinds := a.notices.Swap(0)
+		if kinds == 0 {
+			return
+		}
+		if err := c.notice(kinds); err != nil {
+			a.cancel(err)
+			return
+		}
 	}
 }
 
@@ -132,6 +163,9 @@ func (g *Gateway) unregisterAgent(a *agentSession) {
 	if h.live == 0 && h.stop != nil {
 		h.stop()
 		h.stop = nil
+		if g.beatConn != nil {
+			go g.beatConn.close()
+		}
 	}
 }
 
@@ -202,8 +236,7 @@ func (g *Gateway) listenAgentsOnce(ctx context.Context, connected func()) error 
 	}
 	connected()
 	for _, a := range g.agentsOf("") {
-		a.poke(a.recheck)
-		a.poke(a.commands)
+		a.notify(noticeIdentity | noticeCommands)
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -213,9 +246,9 @@ func (g *Gateway) listenAgentsOnce(ctx context.Context, connected func()) error 
 		for _, a := range g.agentsOf(n.Payload) {
 			switch n.Channel {
 			case domain.NodeIdentityRevokedChannel:
-				a.poke(a.recheck)
+				a.notify(noticeIdentity)
 			case store.NodeCommandsChannel:
-				a.poke(a.commands)
+				a.notify(noticeCommands)
 			}
 		}
 	}
@@ -233,8 +266,7 @@ func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 		agentError(w, http.StatusUnauthorized, "UNAUTHENTICATED", err.Error())
 		return
 	}
-	a := &agentSession{nodeID: nodeID, serial: nodeca.Serial(cert.SerialNumber),
-		recheck: make(chan struct{}, 1), commands: make(chan struct{}, 1)}
+	a := &agentSession{nodeID: nodeID, serial: nodeca.Serial(cert.SerialNumber)}
 	log := g.deps.Logger.With("node", nodeID, "serial", a.serial)
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
@@ -270,19 +302,27 @@ func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	sess := &sessionConn{g: g, a: a, w: w, rc: rc, log: log, identityAt: checked}
+	sess := &sessionConn{g: g, a: a, w: w, rc: rc, log: log, ctx: ctx, identityAt: checked}
 	cause := sess.run(ctx, r.Body)
 	log.Info("agent session ended", "epoch", a.getEpoch(), "cause", cause)
 }
 
-// sessionConn is the state of one session's stream.
+// sessionConn is the state of one session's stream. The handler's
+// goroutine reads the frames and serves each under mu; a notice is served
+// under mu by a goroutine of its own (agentSession.notify), so a session
+// holds no goroutine of its own while it waits.
 type sessionConn struct {
 	g   *Gateway
 	a   *agentSession
 	w   http.ResponseWriter
 	rc  *http.ResponseController
 	log *slog.Logger
-	enc *json.Encoder
+	// ctx is the session's: notices are served in it.
+	ctx context.Context
+	mu  sync.Mutex
+	// closed: the stream ended; no notice is served any more.
+	closed bool
+	enc    *json.Encoder
 	// lastSent is the highest command seq sent on this stream; lastSpec
 	// the highest NodeSpec generation.
 	lastSent, lastSpec int64
@@ -311,32 +351,18 @@ func (c *sessionConn) send(v any) error {
 	return c.rc.SetWriteDeadline(time.Time{})
 }
 
-// run serves the stream until it ends and answers why.
+// run serves the stream until it ends and answers why: the session's
+// cause when its context ended, errLeaseLost when no frame came within the
+// lease, else the read's or a frame's error.
 func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
-	frames := make(chan any)
-	readErr := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(body)
-		sc.Buffer(make([]byte, 4<<10), protocol.MaxFrame) // grows for an inventory frame
-		for sc.Scan() {
-			f, err := protocol.DecodeAgentFrame(sc.Bytes())
-			if err != nil {
-				readErr <- fmt.Errorf("bad frame: %w", err)
-				return
-			}
-			select {
-			case frames <- f:
-			case <-ctx.Done():
-				return
-			}
-		}
-		err := sc.Err()
-		if err == nil {
-			err = io.EOF
-		}
-		readErr <- err
-	}()
+	// A session ended from elsewhere (superseded, revoked, shut down)
+	// unblocks its read by a read deadline in the past.
+	stop := context.AfterFunc(ctx, func() { _ = c.rc.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
 	defer func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 		if epoch := c.a.getEpoch(); epoch > 0 {
 			endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
@@ -345,34 +371,88 @@ func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 			}
 		}
 	}()
+	c.a.conn.Store(c)
+	if c.a.notices.Load() != 0 {
+		go c.a.serveNotices() // notices that came before the stream was up
+	}
 
 	lease := c.g.deps.AgentLease
-	timer := time.NewTimer(lease)
-	defer timer.Stop()
+	rd := frameReader{r: bufio.NewReaderSize(body, 512)}
 	for {
-		select {
-		case <-ctx.Done():
+		// The liveness lease is the read's deadline.
+		_ = c.rc.SetReadDeadline(time.Now().Add(lease))
+		line, err := rd.next()
+		if ctx.Err() != nil {
 			return context.Cause(ctx)
-		case err := <-readErr:
-			return err
-		case <-timer.C:
-			return errLeaseLost
-		case <-c.a.recheck:
-			if err := c.checkIdentity(ctx); err != nil {
-				return err
-			}
-		case <-c.a.commands:
-			if c.a.getEpoch() > 0 {
-				if err := c.deliver(ctx); err != nil {
-					return err
-				}
-			}
-		case f := <-frames:
-			timer.Reset(lease)
-			if err := c.frame(ctx, f); err != nil {
-				return err
-			}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		f, err := protocol.DecodeAgentFrame(line)
+		if err != nil {
+			return fmt.Errorf("bad frame: %w", err)
+		}
+		c.mu.Lock()
+		err = c.frame(ctx, f)
+		c.mu.Unlock()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// notice serves the notice kinds; the caller holds c.mu.
+func (c *sessionConn) notice(kinds uint32) error {
+	if kinds&noticeIdentity != 0 {
+		if err := c.checkIdentity(c.ctx); err != nil {
+			return err
+		}
+	}
+	if kinds&noticeCommands != 0 && c.a.getEpoch() > 0 {
+		return c.deliver(c.ctx)
+	}
+	return nil
+}
+
+// frameReader splits the agent's stream into lines of at most
+// protocol.MaxFrame bytes. Its buffer is small (a heartbeat is a few dozen
+// bytes); a longer line (an inventory) is gathered in a slice that is
+// dropped once the frame is decoded, so no session keeps a large buffer.
+type frameReader struct {
+	r    *bufio.Reader
+	long []byte
+}
+
+// next answers the next line without its line ending, valid until the
+// next call.
+func (fr *frameReader) next() ([]byte, error) {
+	fr.long = nil
+	for {
+		part, err := fr.r.ReadSlice('\n')
+		if err == nil || (errors.Is(err, io.EOF) && len(part)+len(fr.long) > 0) {
+			line := part
+			if fr.long != nil {
+				line = append(fr.long, part...)
+			}
+			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+			if len(line) > protocol.MaxFrame {
+				return nil, bufio.ErrTooLong
+			}
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+		if len(fr.long)+len(part) > protocol.MaxFrame {
+			return nil, bufio.ErrTooLong
+		}
+		fr.long = append(fr.long, part...)
 	}
 }
 
