@@ -19,6 +19,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
@@ -534,13 +535,25 @@ func frameType(frame any) string {
 	return fmt.Sprintf("%T", frame)
 }
 
-// hello takes the node with a new epoch and answers welcome, then the
-// pending commands.
+// hello takes the node with a new epoch and answers welcome, the spec and
+// the pending commands. Taking the node, reading its spec and the first
+// pass of its commands are one transaction: a ramp of thousands of
+// sessions costs the database one transaction per hello.
 func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 	skew := time.Duration(f.Clock-time.Now().UnixMilli()) * time.Millisecond
+	c.lastSent = max(f.LastExecutedSeq, 0)
 	var w domain.Welcome
+	var generation int64
+	var spec nodespec.Spec
+	var pass commandPass
 	err := c.g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		w, err = domain.StartSession(ctx, tx, c.a.nodeID, f.AgentVersion, c.g.deps.AgentLease, skew)
+		if w, err = domain.StartSession(ctx, tx, c.a.nodeID, f.AgentVersion, c.g.deps.AgentLease, skew); err != nil {
+			return err
+		}
+		if generation, spec, err = domain.Spec(ctx, tx, c.a.nodeID); err != nil {
+			return err
+		}
+		pass, err = c.readPass(ctx, tx)
 		return err
 	})
 	if err != nil {
@@ -557,17 +570,84 @@ func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 			o.cancel(errSuperseded)
 		}
 	}
-	c.lastSent = max(f.LastExecutedSeq, 0)
 	if err := c.send(protocol.Welcome{Type: protocol.FrameWelcome, NodeID: c.a.nodeID, Epoch: epoch,
 		HeartbeatSeconds: int(math.Ceil(c.g.deps.AgentHeartbeat.Seconds())),
 		LeaseSeconds:     int(math.Ceil(c.g.deps.AgentLease.Seconds())), InventoryDigest: w.InventoryDigest}); err != nil {
 		return err
 	}
 	c.log.Info("agent session started", "epoch", epoch, "agentVersion", f.AgentVersion, "clockSkewMs", skew.Milliseconds())
-	if err := c.sendSpec(ctx); err != nil {
+	if generation > c.lastSpec {
+		if err := c.send(protocol.Spec{Type: protocol.FrameSpec, Generation: generation, Spec: spec}); err != nil {
+			return err
+		}
+		c.lastSpec = generation
+	}
+	c.lastPass = time.Now()
+	if err := c.sendPass(pass); err != nil || len(pass.cmds) < agentCommandBatch {
 		return err
 	}
 	return c.deliver(ctx)
+}
+
+// commandPass is what one delivery pass read: pending commands after the
+// last one sent (marked delivered) and delivered ones cancelled since.
+type commandPass struct {
+	cmds    []store.NodeCommand
+	cancels []int64
+}
+
+// readPass reads one delivery pass in tx, which holds the node in the
+// session's epoch.
+func (c *sessionConn) readPass(ctx context.Context, tx store.Tx) (p commandPass, err error) {
+	if p.cmds, err = store.PendingNodeCommands(ctx, tx, c.a.nodeID, c.lastSent, agentCommandBatch); err != nil {
+		return p, err
+	}
+	seqs := make([]int64, len(p.cmds))
+	for i, cmd := range p.cmds {
+		seqs[i] = cmd.Seq
+	}
+	if err := store.MarkNodeCommandsDelivered(ctx, tx, c.a.nodeID, seqs); err != nil {
+		return p, err
+	}
+	p.cancels, err = store.CancelRequestedNodeCommands(ctx, tx, c.a.nodeID)
+	return p, err
+}
+
+// sendPass sends a pass's commands and the cancel frames not sent before.
+func (c *sessionConn) sendPass(p commandPass) error {
+	for _, cmd := range p.cmds {
+		f := protocol.Command{Type: protocol.FrameCommand, Seq: cmd.Seq, ID: cmd.ID, Kind: protocol.CommandKind(cmd.Kind),
+			Args: cmd.Args}
+		if len(f.Args) == 0 {
+			f.Args = json.RawMessage(`{}`)
+		}
+		if cmd.NotBefore != nil {
+			f.NotBefore = cmd.NotBefore.UnixMilli()
+		}
+		if cmd.NotAfter != nil {
+			f.NotAfter = cmd.NotAfter.UnixMilli()
+		}
+		if cmd.MinGeneration != nil {
+			f.MinGeneration = *cmd.MinGeneration
+		}
+		if err := c.send(f); err != nil {
+			return err
+		}
+		c.lastSent = max(c.lastSent, cmd.Seq)
+	}
+	for _, seq := range p.cancels {
+		if c.cancelled[seq] {
+			continue
+		}
+		if err := c.send(protocol.Cancel{Type: protocol.FrameCancel, Seq: seq}); err != nil {
+			return err
+		}
+		if c.cancelled == nil {
+			c.cancelled = map[int64]bool{}
+		}
+		c.cancelled[seq] = true
+	}
+	return nil
 }
 
 // deliver sends the node's pending commands after the last one sent (and
@@ -576,58 +656,18 @@ func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 func (c *sessionConn) deliver(ctx context.Context) error {
 	c.lastPass = time.Now()
 	for {
-		var cmds []store.NodeCommand
-		var cancels []int64
+		var pass commandPass
 		err := c.g.inFencedTx(ctx, c.a.nodeID, c.a.getEpoch(), func(tx store.Tx) (err error) {
-			if cmds, err = store.PendingNodeCommands(ctx, tx, c.a.nodeID, c.lastSent, agentCommandBatch); err != nil {
-				return err
-			}
-			seqs := make([]int64, len(cmds))
-			for i, cmd := range cmds {
-				seqs[i] = cmd.Seq
-			}
-			if err := store.MarkNodeCommandsDelivered(ctx, tx, c.a.nodeID, seqs); err != nil {
-				return err
-			}
-			cancels, err = store.CancelRequestedNodeCommands(ctx, tx, c.a.nodeID)
+			pass, err = c.readPass(ctx, tx)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		for _, cmd := range cmds {
-			f := protocol.Command{Type: protocol.FrameCommand, Seq: cmd.Seq, ID: cmd.ID, Kind: protocol.CommandKind(cmd.Kind),
-				Args: cmd.Args}
-			if len(f.Args) == 0 {
-				f.Args = json.RawMessage(`{}`)
-			}
-			if cmd.NotBefore != nil {
-				f.NotBefore = cmd.NotBefore.UnixMilli()
-			}
-			if cmd.NotAfter != nil {
-				f.NotAfter = cmd.NotAfter.UnixMilli()
-			}
-			if cmd.MinGeneration != nil {
-				f.MinGeneration = *cmd.MinGeneration
-			}
-			if err := c.send(f); err != nil {
-				return err
-			}
-			c.lastSent = max(c.lastSent, cmd.Seq)
+		if err := c.sendPass(pass); err != nil {
+			return err
 		}
-		for _, seq := range cancels {
-			if c.cancelled[seq] {
-				continue
-			}
-			if err := c.send(protocol.Cancel{Type: protocol.FrameCancel, Seq: seq}); err != nil {
-				return err
-			}
-			if c.cancelled == nil {
-				c.cancelled = map[int64]bool{}
-			}
-			c.cancelled[seq] = true
-		}
-		if len(cmds) < agentCommandBatch {
+		if len(pass.cmds) < agentCommandBatch {
 			return nil
 		}
 	}
