@@ -686,28 +686,34 @@ func (g *Gateway) inFencedTx(ctx context.Context, nodeID string, epoch int64, fn
 
 // heartbeatFrame renews the liveness lease in the session's epoch through
 // the process's batcher, brings the node's row back in step when the
-// batch says it is not (connectivity, liveness conditions), and checks the
-// identity again when the last check is older than Deps.IdentityRecheck
-// (a revocation ends the session at once through its notice). It answers
-// the node's NodeSpec generation.
+// batch says it is not (connectivity, liveness conditions), and has the
+// batch check the identity again when the last check is older than
+// Deps.IdentityRecheck (a revocation ends the session at once through its
+// notice). It answers the node's NodeSpec generation.
 func (c *sessionConn) heartbeatFrame(ctx context.Context, epoch, clock int64) (generation int64, err error) {
 	skew := time.Duration(clock-time.Now().UnixMilli()) * time.Millisecond
-	res, err := c.g.beats.submit(ctx, domain.Beat{NodeID: c.a.nodeID, Epoch: epoch, Skew: skew})
+	beat := domain.Beat{NodeID: c.a.nodeID, Epoch: epoch, Skew: skew}
+	recheck := time.Since(c.identityAt) >= c.g.deps.IdentityRecheck
+	if recheck {
+		beat.Serial = c.a.serial
+	}
+	res, err := c.g.beats.submit(ctx, beat)
 	if err != nil {
 		return 0, err
 	}
 	if !res.Recorded {
 		return 0, errSuperseded
 	}
+	if !res.IdentityValid {
+		return 0, errRevoked
+	}
+	if recheck {
+		c.identityAt = time.Now()
+	}
 	if res.NeedsRepair {
 		if err := c.g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 			return domain.RepairLiveness(ctx, tx, c.a.nodeID, epoch, skew)
 		}); err != nil {
-			return 0, err
-		}
-	}
-	if time.Since(c.identityAt) >= c.g.deps.IdentityRecheck {
-		if err := c.checkIdentity(ctx); err != nil {
 			return 0, err
 		}
 	}

@@ -68,10 +68,19 @@ func TestRecordHeartbeatsRenewsEveryHeldLeaseInOneStatement(t *testing.T) {
 		return x
 	}
 	wideBefore := xminOf(ids[0])
+	// Node 0's session has its identity checked with the batch, and so
+	// has node 2's, whose serial is not recorded.
+	if err := s.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		_, err := nodes.RecordNodeIdentity(ctx, tx, nodes.NodeIdentity{NodeID: ids[0], Serial: "aa01", Certificate: "PEM",
+			ExpiresAt: time.Now().Add(time.Hour)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	beats := []nodes.Beat{
-		{NodeID: ids[0], Epoch: epochs[0]},
+		{NodeID: ids[0], Epoch: epochs[0], Serial: "aa01"},
 		{NodeID: ids[1], Epoch: epochs[1] + 7}, // an epoch the node never had: superseded
-		{NodeID: ids[2], Epoch: epochs[2], Skew: time.Second},
+		{NodeID: ids[2], Epoch: epochs[2], Skew: time.Second, Serial: "ffff"},
 		{NodeID: ids[3], Epoch: epochs[3]},
 		{NodeID: ids[4], Epoch: epochs[4], Skew: time.Minute},
 		{NodeID: core.NewID("node"), Epoch: 1}, // no such node
@@ -87,8 +96,9 @@ func TestRecordHeartbeatsRenewsEveryHeldLeaseInOneStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []nodes.BeatResult{
-		{Recorded: true, Generation: 1}, {}, {Recorded: true, Generation: 1},
-		{Recorded: true, Generation: 1, NeedsRepair: true}, {Recorded: true, Generation: 1, NeedsRepair: true}, {},
+		{Recorded: true, Generation: 1, IdentityValid: true}, {}, {Recorded: true, Generation: 1},
+		{Recorded: true, Generation: 1, NeedsRepair: true, IdentityValid: true},
+		{Recorded: true, Generation: 1, NeedsRepair: true, IdentityValid: true}, {},
 	}
 	if len(res) != len(want) {
 		t.Fatalf("%d results for %d beats", len(res), len(beats))

@@ -118,6 +118,9 @@ type Beat struct {
 	NodeID string
 	Epoch  int64
 	Skew   time.Duration
+	// Serial, when set, is checked as NodeIdentityValid would (the
+	// session's periodic identity check rides on the batch).
+	Serial string
 }
 
 // BeatResult is what RecordHeartbeats learned of one beat.
@@ -131,6 +134,9 @@ type BeatResult struct {
 	// (it is not connected, carries NodeUnreachable, or its ClockSkew
 	// condition disagrees with Skew); RepairLiveness brings it in step.
 	NeedsRepair bool
+	// IdentityValid is false when the beat's Serial is no longer a valid
+	// identity of the node (always true when Serial was empty).
+	IdentityValid bool
 }
 
 // RecordHeartbeats renews the liveness lease of every beat whose session
@@ -142,14 +148,16 @@ func RecordHeartbeats(ctx context.Context, tx store.Tx, lease time.Duration, bea
 	ids := make([]string, len(beats))
 	epochs := make([]int64, len(beats))
 	skews := make([]int64, len(beats))
+	serials := make([]string, len(beats))
 	for i, b := range beats {
-		ids[i], epochs[i], skews[i] = b.NodeID, b.Epoch, b.Skew.Milliseconds()
+		ids[i], epochs[i], skews[i], serials[i] = b.NodeID, b.Epoch, b.Skew.Milliseconds(), b.Serial
 	}
 	// ord keeps each beat's place. Two processes' batches share a row only
 	// while a node moves between them (the older session is superseded);
 	// a deadlock between them fails one batch, which the caller retries.
 	rows, err := tx.Query(ctx, `WITH b AS (
-			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS b (node_id, epoch, skew_ms, ord)),
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $7::text[])
+				WITH ORDINALITY AS b (node_id, epoch, skew_ms, serial, ord)),
 		up AS (
 			UPDATE node_liveness l SET expires_at = now() + make_interval(secs => $4), last_heartbeat_at = now(),
 				clock_skew_ms = b.skew_ms
@@ -159,23 +167,25 @@ func RecordHeartbeats(ctx context.Context, tx store.Tx, lease time.Duration, bea
 			EXISTS (SELECT 1 FROM jsonb_array_elements(n.conditions) c
 				WHERE c->>'type' = $5 AND coalesce(c->>'device', '') = ''),
 			EXISTS (SELECT 1 FROM jsonb_array_elements(n.conditions) c
-				WHERE c->>'type' = $6 AND coalesce(c->>'device', '') = '')
+				WHERE c->>'type' = $6 AND coalesce(c->>'device', '') = ''),
+			b.serial = '' OR EXISTS (SELECT 1 FROM node_identities i WHERE i.node_id = b.node_id AND i.serial = b.serial
+				AND i.revoked_at IS NULL AND i.expires_at > now())
 		FROM b JOIN up ON up.node_id = b.node_id AND up.session_epoch = b.epoch
 		JOIN nodes n ON n.id = b.node_id AND n.deleted_at IS NULL`,
-		ids, epochs, skews, lease.Seconds(), CondNodeUnreachable, CondClockSkew)
+		ids, epochs, skews, lease.Seconds(), CondNodeUnreachable, CondClockSkew, serials)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]BeatResult, len(beats))
 	var ord, generation int64
 	var connectivity string
-	var unreachable, skewed bool
-	if _, err := pgx.ForEachRow(rows, []any{&ord, &generation, &connectivity, &unreachable, &skewed}, func() error {
+	var unreachable, skewed, identity bool
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &generation, &connectivity, &unreachable, &skewed, &identity}, func() error {
 		i := int(ord) - 1
 		if i < 0 || i >= len(beats) {
 			return fmt.Errorf("heartbeat batch: ordinal %d out of range", ord)
 		}
-		out[i] = BeatResult{Recorded: true, Generation: generation,
+		out[i] = BeatResult{Recorded: true, Generation: generation, IdentityValid: identity,
 			NeedsRepair: connectivity != "connected" || unreachable || skewed != skewTooLarge(beats[i].Skew)}
 		return nil
 	}); err != nil {
