@@ -357,9 +357,24 @@ func (c *sessionConn) send(v any) error {
 // lease, else the read's or a frame's error.
 func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 	// A session ended from elsewhere (superseded, revoked, shut down)
-	// unblocks its read by a read deadline in the past.
-	stop := context.AfterFunc(ctx, func() { _ = c.rc.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
+	// unblocks its read by a read deadline in the past. The response
+	// controller must not be used once the handler returned, so run does
+	// not return while that is under way.
+	var unblock sync.Mutex
+	returned := false
+	stop := context.AfterFunc(ctx, func() {
+		unblock.Lock()
+		defer unblock.Unlock()
+		if !returned {
+			_ = c.rc.SetReadDeadline(time.Unix(1, 0))
+		}
+	})
+	defer func() {
+		stop()
+		unblock.Lock()
+		returned = true
+		unblock.Unlock()
+	}()
 	defer func() {
 		c.mu.Lock()
 		c.closed = true
