@@ -48,12 +48,17 @@ type agentEnv struct {
 }
 
 // newAgentEnv's lease is the liveness lease (the heartbeat is 1 s); the
-// pool's policy.lostAfter is lostAfter unless "".
-func newAgentEnv(t *testing.T, lease time.Duration, lostAfter string) *agentEnv {
+// pool's policy.lostAfter is lostAfter unless "". tune, when given, adjusts
+// the gateway's Deps.
+func newAgentEnv(t *testing.T, lease time.Duration, lostAfter string, tune ...func(*agentgateway.Deps)) *agentEnv {
 	t.Helper()
 	e := newEnv(t)
-	gw, err := agentgateway.New(agentgateway.Deps{Store: e.store, Catalog: e.catalog,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AgentLease: lease, AgentHeartbeat: time.Second})
+	deps := agentgateway.Deps{Store: e.store, Catalog: e.catalog,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AgentLease: lease, AgentHeartbeat: time.Second}
+	for _, fn := range tune {
+		fn(&deps)
+	}
+	gw, err := agentgateway.New(deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +212,7 @@ func TestAgentSessionLiveness(t *testing.T) {
 	// Heartbeats renew the lease.
 	leaseOf := func() time.Time {
 		var at time.Time
-		if err := ae.store.Pool.QueryRow(context.Background(), `SELECT liveness_expires_at FROM nodes WHERE id = $1`,
+		if err := ae.store.Pool.QueryRow(context.Background(), `SELECT expires_at FROM node_liveness WHERE node_id = $1`,
 			ae.node.ID).Scan(&at); err != nil {
 			t.Fatal(err)
 		}
@@ -382,8 +387,8 @@ func TestAgentSessionSupersedeAndClockSkew(t *testing.T) {
 
 	// A lapsed lease (forced) makes the node unreachable; the next heartbeat
 	// brings it back and clears NodeUnreachable.
-	if _, err := ae.store.Pool.Exec(context.Background(), `UPDATE nodes SET liveness_expires_at = now() - interval '1 minute'
-		WHERE id = $1`, ae.node.ID); err != nil {
+	if _, err := ae.store.Pool.Exec(context.Background(), `UPDATE node_liveness SET expires_at = now() - interval '1 minute'
+		WHERE node_id = $1`, ae.node.ID); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := ae.gateway.SweepLiveness(context.Background()); err != nil || n != 1 {
@@ -432,6 +437,23 @@ func TestAgentSessionRevocation(t *testing.T) {
 			t.Fatalf("welcome %v", w)
 		}
 	}
+}
+
+// An identity that expires sends no notice: the session finds it on its
+// periodic check, which rides on a heartbeat's batch (here on every one).
+func TestAgentSessionEndsWhenThePeriodicCheckFindsItsIdentityExpired(t *testing.T) {
+	ae := newAgentEnv(t, time.Minute, "", func(d *agentgateway.Deps) { d.IdentityRecheck = time.Nanosecond })
+	rs, _ := ae.open(ae.identity)
+	rs.send(hello(time.Now()))
+	rs.next("welcome")
+	rs.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
+	if _, err := ae.store.Pool.Exec(context.Background(), `UPDATE node_identities SET expires_at = now() - interval '1 second'
+		WHERE node_id = $1`, ae.node.ID); err != nil {
+		t.Fatal(err)
+	}
+	rs.send(map[string]any{"type": "heartbeat", "clock": time.Now().UnixMilli()})
+	rs.wantEnd()
+	ae.eventually("disconnected", func(s agentNodeState) bool { return s.connectivity == "disconnected" })
 }
 
 func TestAgentSessionCommands(t *testing.T) {

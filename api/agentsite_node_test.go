@@ -113,7 +113,7 @@ func TestSiteAgentIsASiteNode(t *testing.T) {
 
 	// A site agent that stops renewing goes unreachable like any node; a
 	// renewal brings it back.
-	if _, err := e.store.Pool.Exec(ctx, `UPDATE nodes SET liveness_expires_at = now() - interval '1 second' WHERE id = $1`, nodeID); err != nil {
+	if _, err := e.store.Pool.Exec(ctx, `UPDATE node_liveness SET expires_at = now() - interval '1 second' WHERE node_id = $1`, nodeID); err != nil {
 		t.Fatal(err)
 	}
 	gw := e.withGateway(agentgateway.Deps{})

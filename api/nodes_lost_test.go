@@ -58,8 +58,9 @@ func (de *deadNodeEnv) bindStatus(id string) string {
 // lapse makes the node's liveness lease lapse ago ago and sweeps once.
 func (de *deadNodeEnv) lapse(nodeID string, ago time.Duration) {
 	de.t.Helper()
-	if _, err := de.store.Pool.Exec(context.Background(), `UPDATE nodes
-		SET liveness_expires_at = now() - $2 * interval '1 millisecond' WHERE id = $1`, nodeID, ago.Milliseconds()); err != nil {
+	if _, err := de.store.Pool.Exec(context.Background(), `INSERT INTO node_liveness (node_id, expires_at, last_heartbeat_at)
+		VALUES ($1, now() - $2 * interval '1 millisecond', now())
+		ON CONFLICT (node_id) DO UPDATE SET expires_at = EXCLUDED.expires_at`, nodeID, ago.Milliseconds()); err != nil {
 		de.t.Fatal(err)
 	}
 	de.sweep()
@@ -230,8 +231,11 @@ func TestNodeLostEndsAnActiveHold(t *testing.T) {
 	}
 
 	// Heard from again: the condition goes.
-	if _, err := de.store.Pool.Exec(context.Background(), `UPDATE nodes SET connectivity = 'connected',
-		liveness_expires_at = now() + interval '1 hour' WHERE id = $1`, n.ID); err != nil {
+	if _, err := de.store.Pool.Exec(context.Background(), `WITH l AS (INSERT INTO node_liveness (node_id, expires_at, last_heartbeat_at)
+			VALUES ($1, now() + interval '1 hour', now())
+			ON CONFLICT (node_id) DO UPDATE SET expires_at = EXCLUDED.expires_at)
+		UPDATE nodes SET connectivity = 'connected' WHERE id = $1`,
+		n.ID); err != nil {
 		t.Fatal(err)
 	}
 	de.sweep()

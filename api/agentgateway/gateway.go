@@ -34,6 +34,9 @@ import (
 const (
 	DefaultAgentLease     = 40 * time.Second
 	DefaultAgentHeartbeat = 10 * time.Second
+	// DefaultIdentityRecheck is how often a session checks its identity
+	// again (expiry; a revocation's notice ends it at once).
+	DefaultIdentityRecheck = time.Minute
 	// DefaultSiteLease is the site boot lease's ttl; the agent renews every
 	// third of it.
 	DefaultSiteLease = 30 * time.Second
@@ -58,6 +61,12 @@ type Deps struct {
 	// asks of the agent (default DefaultAgentHeartbeat). Tests shrink them.
 	AgentLease     time.Duration
 	AgentHeartbeat time.Duration
+	// HeartbeatFlush is how long a heartbeat waits for others to join its
+	// batch write (default DefaultHeartbeatFlush); IdentityRecheck how
+	// often a session checks its certificate again on a heartbeat
+	// (default DefaultIdentityRecheck; a revocation ends it at once).
+	HeartbeatFlush  time.Duration
+	IdentityRecheck time.Duration
 	// TemporalAddress (host:port) and TemporalNamespace are the Temporal
 	// frontend site agents (`bcd site`) are told to dial at registration;
 	// without them site registration answers UNAVAILABLE.
@@ -81,6 +90,8 @@ type Gateway struct {
 	deps      Deps
 	types     domain.Types
 	hub       hub
+	beats     *heartbeatBatcher
+	beatConn  *beatConn
 	heartbeat prometheus.Histogram
 }
 
@@ -104,6 +115,12 @@ func New(d Deps) (*Gateway, error) {
 	if d.SiteLease <= 0 {
 		d.SiteLease = DefaultSiteLease
 	}
+	if d.HeartbeatFlush <= 0 {
+		d.HeartbeatFlush = DefaultHeartbeatFlush
+	}
+	if d.IdentityRecheck <= 0 {
+		d.IdentityRecheck = DefaultIdentityRecheck
+	}
 	if d.Catalog == nil {
 		var err error
 		if d.Catalog, err = core.DefaultCatalog(); err != nil {
@@ -112,9 +129,13 @@ func New(d Deps) (*Gateway, error) {
 	}
 	g := &Gateway{deps: d, types: domain.TypesOf(d.Catalog),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "bc_agent_heartbeat_seconds", Help: "Handling time of agent session heartbeat frames.",
+			Name: "bc_agent_heartbeat_seconds", Help: "Handling time of recorded agent heartbeats, until their batch committed.",
 			Buckets: heartbeatBuckets,
 		})}
+	if d.Store != nil {
+		g.beatConn = newBeatConn(d.Store.Pool.Config().ConnConfig, d.AgentLease)
+		g.beats = newHeartbeatBatcher(d.HeartbeatFlush, g.beatConn.write, d.Logger)
+	}
 	if d.Metrics != nil {
 		sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "bc_agent_sessions", Help: "Live agent sessions of this process.",
@@ -153,6 +174,24 @@ func TLSConfig(ca *nodeca.CA, hosts []string) (*tls.Config, error) {
 		MinVersion:   tls.VersionTLS13,
 		NextProtos:   []string{"h2"},
 	}, nil
+}
+
+// HTTP2Config is the agent listener's HTTP/2 settings, sized for many
+// long-lived connections that each carry one session stream of small
+// frames: a few streams per connection (a reconnect may briefly overlap
+// the old stream), 64 KiB flow-control windows (a larger inventory frame
+// still passes, one window at a time, as the session reads it), the
+// smallest read frame size and small header tables. Each idle connection
+// then holds as little as HTTP/2 allows.
+func HTTP2Config() *http.HTTP2Config {
+	return &http.HTTP2Config{
+		MaxConcurrentStreams:          4,
+		MaxReadFrameSize:              16 << 10,
+		MaxReceiveBufferPerConnection: 64 << 10,
+		MaxReceiveBufferPerStream:     64 << 10,
+		MaxDecoderHeaderTableSize:     1 << 10,
+		MaxEncoderHeaderTableSize:     1 << 10,
+	}
 }
 
 // readJSON reads a bounded JSON body into v, refusing unknown fields.

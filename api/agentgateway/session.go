@@ -2,6 +2,7 @@ package agentgateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,12 +11,15 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
@@ -59,18 +63,46 @@ type agentSession struct {
 	nodeID string
 	serial string
 	cancel context.CancelCauseFunc
-	// recheck asks the session to check its identity again (a revocation
-	// notice); commands to read the node's pending commands.
-	recheck  chan struct{}
-	commands chan struct{}
-	mu       sync.Mutex
-	epoch    int64
+	mu     sync.Mutex
+	epoch  int64
+	// notices are the notice kinds not yet served (noticeIdentity,
+	// noticeCommands); conn is the session's stream once it is served.
+	notices atomic.Uint32
+	conn    atomic.Pointer[sessionConn]
 }
 
-func (a *agentSession) poke(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
+// Notice kinds: check the identity again (a revocation), read the node's
+// pending commands.
+const (
+	noticeIdentity uint32 = 1 << iota
+	noticeCommands
+)
+
+// notify asks the session to serve a notice. A session has no goroutine
+// waiting for notices: the first notice of a quiet session starts one,
+// which serves every notice that comes until none is left.
+func (a *agentSession) notify(kind uint32) {
+	if a.notices.Or(kind) == 0 {
+		go a.serveNotices()
+	}
+}
+
+func (a *agentSession) serveNotices() {
+	c := a.conn.Load()
+	if c == nil {
+		return // the stream serves what is pending once it is up
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.closed {
+		kinds := a.notices.Swap(0)
+		if kinds == 0 {
+			return
+		}
+		if err := c.notice(kinds); err != nil {
+			a.cancel(err)
+			return
+		}
 	}
 }
 
@@ -132,6 +164,9 @@ func (g *Gateway) unregisterAgent(a *agentSession) {
 	if h.live == 0 && h.stop != nil {
 		h.stop()
 		h.stop = nil
+		if g.beatConn != nil {
+			go g.beatConn.close()
+		}
 	}
 }
 
@@ -202,8 +237,7 @@ func (g *Gateway) listenAgentsOnce(ctx context.Context, connected func()) error 
 	}
 	connected()
 	for _, a := range g.agentsOf("") {
-		a.poke(a.recheck)
-		a.poke(a.commands)
+		a.notify(noticeIdentity | noticeCommands)
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -213,9 +247,9 @@ func (g *Gateway) listenAgentsOnce(ctx context.Context, connected func()) error 
 		for _, a := range g.agentsOf(n.Payload) {
 			switch n.Channel {
 			case domain.NodeIdentityRevokedChannel:
-				a.poke(a.recheck)
+				a.notify(noticeIdentity)
 			case store.NodeCommandsChannel:
-				a.poke(a.commands)
+				a.notify(noticeCommands)
 			}
 		}
 	}
@@ -233,8 +267,7 @@ func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 		agentError(w, http.StatusUnauthorized, "UNAUTHENTICATED", err.Error())
 		return
 	}
-	a := &agentSession{nodeID: nodeID, serial: nodeca.Serial(cert.SerialNumber),
-		recheck: make(chan struct{}, 1), commands: make(chan struct{}, 1)}
+	a := &agentSession{nodeID: nodeID, serial: nodeca.Serial(cert.SerialNumber)}
 	log := g.deps.Logger.With("node", nodeID, "serial", a.serial)
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
@@ -243,6 +276,7 @@ func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 	// the check reaches the session through the hub.
 	g.registerAgent(a)
 	defer g.unregisterAgent(a)
+	checked := time.Now()
 	ok, err := domain.NodeIdentityValid(ctx, g.deps.Store.Pool, nodeID, a.serial)
 	if err != nil {
 		log.Error("agent session: identity check", "error", err)
@@ -269,19 +303,27 @@ func (g *Gateway) handleSession(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	sess := &sessionConn{g: g, a: a, w: w, rc: rc, log: log}
+	sess := &sessionConn{g: g, a: a, w: w, rc: rc, log: log, ctx: ctx, identityAt: checked}
 	cause := sess.run(ctx, r.Body)
 	log.Info("agent session ended", "epoch", a.getEpoch(), "cause", cause)
 }
 
-// sessionConn is the state of one session's stream.
+// sessionConn is the state of one session's stream. The handler's
+// goroutine reads the frames and serves each under mu; a notice is served
+// under mu by a goroutine of its own (agentSession.notify), so a session
+// holds no goroutine of its own while it waits.
 type sessionConn struct {
 	g   *Gateway
 	a   *agentSession
 	w   http.ResponseWriter
 	rc  *http.ResponseController
 	log *slog.Logger
-	enc *json.Encoder
+	// ctx is the session's: notices are served in it.
+	ctx context.Context
+	mu  sync.Mutex
+	// closed: the stream ended; no notice is served any more.
+	closed bool
+	enc    *json.Encoder
 	// lastSent is the highest command seq sent on this stream; lastSpec
 	// the highest NodeSpec generation.
 	lastSent, lastSpec int64
@@ -289,6 +331,8 @@ type sessionConn struct {
 	cancelled map[int64]bool
 	// lastPass is when deliver last read the pending commands.
 	lastPass time.Time
+	// identityAt is when the identity was last found valid.
+	identityAt time.Time
 }
 
 func (c *sessionConn) send(v any) error {
@@ -308,32 +352,33 @@ func (c *sessionConn) send(v any) error {
 	return c.rc.SetWriteDeadline(time.Time{})
 }
 
-// run serves the stream until it ends and answers why.
+// run serves the stream until it ends and answers why: the session's
+// cause when its context ended, errLeaseLost when no frame came within the
+// lease, else the read's or a frame's error.
 func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
-	frames := make(chan any)
-	readErr := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(body)
-		sc.Buffer(make([]byte, 4<<10), protocol.MaxFrame) // grows for an inventory frame
-		for sc.Scan() {
-			f, err := protocol.DecodeAgentFrame(sc.Bytes())
-			if err != nil {
-				readErr <- fmt.Errorf("bad frame: %w", err)
-				return
-			}
-			select {
-			case frames <- f:
-			case <-ctx.Done():
-				return
-			}
+	// A session ended from elsewhere (superseded, revoked, shut down)
+	// unblocks its read by a read deadline in the past. The response
+	// controller must not be used once the handler returned, so run does
+	// not return while that is under way.
+	var unblock sync.Mutex
+	returned := false
+	stop := context.AfterFunc(ctx, func() {
+		unblock.Lock()
+		defer unblock.Unlock()
+		if !returned {
+			_ = c.rc.SetReadDeadline(time.Unix(1, 0))
 		}
-		err := sc.Err()
-		if err == nil {
-			err = io.EOF
-		}
-		readErr <- err
+	})
+	defer func() {
+		stop()
+		unblock.Lock()
+		returned = true
+		unblock.Unlock()
 	}()
 	defer func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 		if epoch := c.a.getEpoch(); epoch > 0 {
 			endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
@@ -342,38 +387,88 @@ func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 			}
 		}
 	}()
+	c.a.conn.Store(c)
+	if c.a.notices.Load() != 0 {
+		go c.a.serveNotices() // notices that came before the stream was up
+	}
 
 	lease := c.g.deps.AgentLease
-	timer := time.NewTimer(lease)
-	defer timer.Stop()
+	rd := frameReader{r: bufio.NewReaderSize(body, 512)}
 	for {
-		select {
-		case <-ctx.Done():
+		// The liveness lease is the read's deadline.
+		_ = c.rc.SetReadDeadline(time.Now().Add(lease))
+		line, err := rd.next()
+		if ctx.Err() != nil {
 			return context.Cause(ctx)
-		case err := <-readErr:
-			return err
-		case <-timer.C:
-			return errLeaseLost
-		case <-c.a.recheck:
-			ok, err := domain.NodeIdentityValid(ctx, c.g.deps.Store.Pool, c.a.nodeID, c.a.serial)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return errRevoked
-			}
-		case <-c.a.commands:
-			if c.a.getEpoch() > 0 {
-				if err := c.deliver(ctx); err != nil {
-					return err
-				}
-			}
-		case f := <-frames:
-			timer.Reset(lease)
-			if err := c.frame(ctx, f); err != nil {
-				return err
-			}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		f, err := protocol.DecodeAgentFrame(line)
+		if err != nil {
+			return fmt.Errorf("bad frame: %w", err)
+		}
+		c.mu.Lock()
+		err = c.frame(ctx, f)
+		c.mu.Unlock()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// notice serves the notice kinds; the caller holds c.mu.
+func (c *sessionConn) notice(kinds uint32) error {
+	if kinds&noticeIdentity != 0 {
+		if err := c.checkIdentity(c.ctx); err != nil {
+			return err
+		}
+	}
+	if kinds&noticeCommands != 0 && c.a.getEpoch() > 0 {
+		return c.deliver(c.ctx)
+	}
+	return nil
+}
+
+// frameReader splits the agent's stream into lines of at most
+// protocol.MaxFrame bytes. Its buffer is small (a heartbeat is a few dozen
+// bytes); a longer line (an inventory) is gathered in a slice that is
+// dropped once the frame is decoded, so no session keeps a large buffer.
+type frameReader struct {
+	r    *bufio.Reader
+	long []byte
+}
+
+// next answers the next line without its line ending, valid until the
+// next call.
+func (fr *frameReader) next() ([]byte, error) {
+	fr.long = nil
+	for {
+		part, err := fr.r.ReadSlice('\n')
+		if err == nil || (errors.Is(err, io.EOF) && len(part)+len(fr.long) > 0) {
+			line := part
+			if fr.long != nil {
+				line = append(fr.long, part...)
+			}
+			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+			if len(line) > protocol.MaxFrame {
+				return nil, bufio.ErrTooLong
+			}
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+		if len(fr.long)+len(part) > protocol.MaxFrame {
+			return nil, bufio.ErrTooLong
+		}
+		fr.long = append(fr.long, part...)
 	}
 }
 
@@ -391,11 +486,19 @@ func (c *sessionConn) frame(ctx context.Context, frame any) error {
 		return c.hello(ctx, hello)
 	case protocol.Heartbeat:
 		hbStart := time.Now()
-		generation, err := c.g.heartbeatFrame(ctx, c.a, epoch, f.Clock)
-		c.g.heartbeat.Observe(time.Since(hbStart).Seconds())
+		generation, err := c.heartbeatFrame(ctx, epoch, f.Clock)
+		if errors.Is(err, errHeartbeatNotRecorded) {
+			// The database refused the batch: this heartbeat renewed
+			// nothing and is not counted as handled. The session stays;
+			// the next heartbeat tries again, and a lease that lapses
+			// meanwhile is the sweep's to judge.
+			c.log.Warn("agent session: heartbeat not recorded", "error", err)
+			return nil
+		}
 		if err != nil {
 			return err
 		}
+		c.g.heartbeat.Observe(time.Since(hbStart).Seconds())
 		if generation > c.lastSpec {
 			if err := c.sendSpec(ctx); err != nil {
 				return err
@@ -447,13 +550,25 @@ func frameType(frame any) string {
 	return fmt.Sprintf("%T", frame)
 }
 
-// hello takes the node with a new epoch and answers welcome, then the
-// pending commands.
+// hello takes the node with a new epoch and answers welcome, the spec and
+// the pending commands. Taking the node, reading its spec and the first
+// pass of its commands are one transaction: a ramp of thousands of
+// sessions costs the database one transaction per hello.
 func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 	skew := time.Duration(f.Clock-time.Now().UnixMilli()) * time.Millisecond
+	c.lastSent = max(f.LastExecutedSeq, 0)
 	var w domain.Welcome
+	var generation int64
+	var spec nodespec.Spec
+	var pass commandPass
 	err := c.g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		w, err = domain.StartSession(ctx, tx, c.a.nodeID, f.AgentVersion, c.g.deps.AgentLease, skew)
+		if w, err = domain.StartSession(ctx, tx, c.a.nodeID, f.AgentVersion, c.g.deps.AgentLease, skew); err != nil {
+			return err
+		}
+		if generation, spec, err = domain.Spec(ctx, tx, c.a.nodeID); err != nil {
+			return err
+		}
+		pass, err = c.readPass(ctx, tx)
 		return err
 	})
 	if err != nil {
@@ -470,17 +585,84 @@ func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 			o.cancel(errSuperseded)
 		}
 	}
-	c.lastSent = max(f.LastExecutedSeq, 0)
 	if err := c.send(protocol.Welcome{Type: protocol.FrameWelcome, NodeID: c.a.nodeID, Epoch: epoch,
 		HeartbeatSeconds: int(math.Ceil(c.g.deps.AgentHeartbeat.Seconds())),
 		LeaseSeconds:     int(math.Ceil(c.g.deps.AgentLease.Seconds())), InventoryDigest: w.InventoryDigest}); err != nil {
 		return err
 	}
 	c.log.Info("agent session started", "epoch", epoch, "agentVersion", f.AgentVersion, "clockSkewMs", skew.Milliseconds())
-	if err := c.sendSpec(ctx); err != nil {
+	if generation > c.lastSpec {
+		if err := c.send(protocol.Spec{Type: protocol.FrameSpec, Generation: generation, Spec: spec}); err != nil {
+			return err
+		}
+		c.lastSpec = generation
+	}
+	c.lastPass = time.Now()
+	if err := c.sendPass(pass); err != nil || len(pass.cmds) < agentCommandBatch {
 		return err
 	}
 	return c.deliver(ctx)
+}
+
+// commandPass is what one delivery pass read: pending commands after the
+// last one sent (marked delivered) and delivered ones cancelled since.
+type commandPass struct {
+	cmds    []store.NodeCommand
+	cancels []int64
+}
+
+// readPass reads one delivery pass in tx, which holds the node in the
+// session's epoch.
+func (c *sessionConn) readPass(ctx context.Context, tx store.Tx) (p commandPass, err error) {
+	if p.cmds, err = store.PendingNodeCommands(ctx, tx, c.a.nodeID, c.lastSent, agentCommandBatch); err != nil {
+		return p, err
+	}
+	seqs := make([]int64, len(p.cmds))
+	for i, cmd := range p.cmds {
+		seqs[i] = cmd.Seq
+	}
+	if err := store.MarkNodeCommandsDelivered(ctx, tx, c.a.nodeID, seqs); err != nil {
+		return p, err
+	}
+	p.cancels, err = store.CancelRequestedNodeCommands(ctx, tx, c.a.nodeID)
+	return p, err
+}
+
+// sendPass sends a pass's commands and the cancel frames not sent before.
+func (c *sessionConn) sendPass(p commandPass) error {
+	for _, cmd := range p.cmds {
+		f := protocol.Command{Type: protocol.FrameCommand, Seq: cmd.Seq, ID: cmd.ID, Kind: protocol.CommandKind(cmd.Kind),
+			Args: cmd.Args}
+		if len(f.Args) == 0 {
+			f.Args = json.RawMessage(`{}`)
+		}
+		if cmd.NotBefore != nil {
+			f.NotBefore = cmd.NotBefore.UnixMilli()
+		}
+		if cmd.NotAfter != nil {
+			f.NotAfter = cmd.NotAfter.UnixMilli()
+		}
+		if cmd.MinGeneration != nil {
+			f.MinGeneration = *cmd.MinGeneration
+		}
+		if err := c.send(f); err != nil {
+			return err
+		}
+		c.lastSent = max(c.lastSent, cmd.Seq)
+	}
+	for _, seq := range p.cancels {
+		if c.cancelled[seq] {
+			continue
+		}
+		if err := c.send(protocol.Cancel{Type: protocol.FrameCancel, Seq: seq}); err != nil {
+			return err
+		}
+		if c.cancelled == nil {
+			c.cancelled = map[int64]bool{}
+		}
+		c.cancelled[seq] = true
+	}
+	return nil
 }
 
 // deliver sends the node's pending commands after the last one sent (and
@@ -489,58 +671,18 @@ func (c *sessionConn) hello(ctx context.Context, f protocol.Hello) error {
 func (c *sessionConn) deliver(ctx context.Context) error {
 	c.lastPass = time.Now()
 	for {
-		var cmds []store.NodeCommand
-		var cancels []int64
+		var pass commandPass
 		err := c.g.inFencedTx(ctx, c.a.nodeID, c.a.getEpoch(), func(tx store.Tx) (err error) {
-			if cmds, err = store.PendingNodeCommands(ctx, tx, c.a.nodeID, c.lastSent, agentCommandBatch); err != nil {
-				return err
-			}
-			seqs := make([]int64, len(cmds))
-			for i, cmd := range cmds {
-				seqs[i] = cmd.Seq
-			}
-			if err := store.MarkNodeCommandsDelivered(ctx, tx, c.a.nodeID, seqs); err != nil {
-				return err
-			}
-			cancels, err = store.CancelRequestedNodeCommands(ctx, tx, c.a.nodeID)
+			pass, err = c.readPass(ctx, tx)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		for _, cmd := range cmds {
-			f := protocol.Command{Type: protocol.FrameCommand, Seq: cmd.Seq, ID: cmd.ID, Kind: protocol.CommandKind(cmd.Kind),
-				Args: cmd.Args}
-			if len(f.Args) == 0 {
-				f.Args = json.RawMessage(`{}`)
-			}
-			if cmd.NotBefore != nil {
-				f.NotBefore = cmd.NotBefore.UnixMilli()
-			}
-			if cmd.NotAfter != nil {
-				f.NotAfter = cmd.NotAfter.UnixMilli()
-			}
-			if cmd.MinGeneration != nil {
-				f.MinGeneration = *cmd.MinGeneration
-			}
-			if err := c.send(f); err != nil {
-				return err
-			}
-			c.lastSent = max(c.lastSent, cmd.Seq)
+		if err := c.sendPass(pass); err != nil {
+			return err
 		}
-		for _, seq := range cancels {
-			if c.cancelled[seq] {
-				continue
-			}
-			if err := c.send(protocol.Cancel{Type: protocol.FrameCancel, Seq: seq}); err != nil {
-				return err
-			}
-			if c.cancelled == nil {
-				c.cancelled = map[int64]bool{}
-			}
-			c.cancelled[seq] = true
-		}
-		if len(cmds) < agentCommandBatch {
+		if len(pass.cmds) < agentCommandBatch {
 			return nil
 		}
 	}
@@ -557,16 +699,54 @@ func (g *Gateway) inFencedTx(ctx context.Context, nodeID string, epoch int64, fn
 	})
 }
 
-// heartbeatFrame renews the liveness lease in the session's epoch, brings
-// the node back to connected and checks the identity again. It answers the
-// node's NodeSpec generation.
-func (g *Gateway) heartbeatFrame(ctx context.Context, a *agentSession, epoch, clock int64) (generation int64, err error) {
+// heartbeatFrame renews the liveness lease in the session's epoch through
+// the process's batcher, brings the node's row back in step when the
+// batch says it is not (connectivity, liveness conditions), and has the
+// batch check the identity again when the last check is older than
+// Deps.IdentityRecheck (a revocation ends the session at once through its
+// notice). It answers the node's NodeSpec generation.
+func (c *sessionConn) heartbeatFrame(ctx context.Context, epoch, clock int64) (generation int64, err error) {
 	skew := time.Duration(clock-time.Now().UnixMilli()) * time.Millisecond
-	err = g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		generation, err = domain.Heartbeat(ctx, tx, a.nodeID, a.serial, epoch, g.deps.AgentLease, skew)
+	beat := domain.Beat{NodeID: c.a.nodeID, Epoch: epoch, Skew: skew}
+	recheck := time.Since(c.identityAt) >= c.g.deps.IdentityRecheck
+	if recheck {
+		beat.Serial = c.a.serial
+	}
+	res, err := c.g.beats.submit(ctx, beat)
+	if err != nil {
+		return 0, err
+	}
+	if !res.Recorded {
+		return 0, errSuperseded
+	}
+	if !res.IdentityValid {
+		return 0, errRevoked
+	}
+	if recheck {
+		c.identityAt = time.Now()
+	}
+	if res.NeedsRepair {
+		if err := c.g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+			return domain.RepairLiveness(ctx, tx, c.a.nodeID, epoch, skew)
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return res.Generation, nil
+}
+
+// checkIdentity ends the session (errRevoked) when its certificate is no
+// longer a valid identity of the node.
+func (c *sessionConn) checkIdentity(ctx context.Context) error {
+	ok, err := domain.NodeIdentityValid(ctx, c.g.deps.Store.Pool, c.a.nodeID, c.a.serial)
+	if err != nil {
 		return err
-	})
-	return generation, err
+	}
+	if !ok {
+		return errRevoked
+	}
+	c.identityAt = time.Now()
+	return nil
 }
 
 // endSession marks the node disconnected when the ended session still

@@ -207,6 +207,7 @@ func (cp *ControlPlane) ServeAgents(ctx context.Context, ln net.Listener, hosts 
 	}
 	srv := httpx.NewServer(cp.Gateway.SessionHandler(), cp.agentTimeouts)
 	srv.TLSConfig = tlsConfig
+	srv.HTTP2 = agentgateway.HTTP2Config()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {

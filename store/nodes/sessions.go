@@ -18,9 +18,10 @@ import (
 // A node's session state: each session takes the node with a new fencing
 // epoch (nodes.session_epoch); every later write of the session is
 // conditional on it, so of two sessions for one node only the newer
-// writes. The liveness lease (liveness_expires_at) is renewed by every
-// heartbeat; the sweeps move nodes whose lease lapsed to unreachable, then
-// lost.
+// writes. The liveness lease lives in the narrow node_liveness table
+// (expires_at, with a copy of the epoch that fences it), renewed by
+// heartbeats in batches (RecordHeartbeats) without writing the nodes row;
+// the sweeps move nodes whose lease lapsed to unreachable, then lost.
 
 // Liveness conditions.
 const (
@@ -58,14 +59,16 @@ func StartSession(ctx context.Context, tx store.Tx, nodeID, agentVersion string,
 	var conds []byte
 	err := tx.QueryRow(ctx, `WITH old AS (SELECT id, connectivity FROM nodes WHERE id = $1 AND deleted_at IS NULL FOR UPDATE)
 		UPDATE nodes n SET session_epoch = n.session_epoch + 1, connectivity = 'connected', agent_version = $2,
-			liveness_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now(), clock_skew_ms = $4,
 			updated_at = now()
 		FROM old WHERE n.id = old.id RETURNING n.session_epoch, old.connectivity, n.conditions`,
-		nodeID, agentVersion, lease.Seconds(), skew.Milliseconds()).Scan(&w.Epoch, &prev, &conds)
+		nodeID, agentVersion).Scan(&w.Epoch, &prev, &conds)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Welcome{}, NotFound(nodeID)
 	}
 	if err != nil {
+		return Welcome{}, err
+	}
+	if err := putLiveness(ctx, tx, nodeID, w.Epoch, lease, &skew); err != nil {
 		return Welcome{}, err
 	}
 	if err := connectivityChanged(ctx, tx, nodeID, prev, "connected", w.Epoch); err != nil {
@@ -82,6 +85,22 @@ func StartSession(ctx context.Context, tx store.Tx, nodeID, agentVersion string,
 	return w, err
 }
 
+// putLiveness writes the node's liveness row: the session's epoch, a lease
+// of lease from now, and the clock skew (nil: unknown).
+func putLiveness(ctx context.Context, tx store.Tx, nodeID string, epoch int64, lease time.Duration, skew *time.Duration) error {
+	var skewMs *int64
+	if skew != nil {
+		ms := skew.Milliseconds()
+		skewMs = &ms
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO node_liveness (node_id, session_epoch, expires_at, last_heartbeat_at, clock_skew_ms)
+		VALUES ($1, $2, now() + make_interval(secs => $3), now(), $4)
+		ON CONFLICT (node_id) DO UPDATE SET session_epoch = EXCLUDED.session_epoch, expires_at = EXCLUDED.expires_at,
+			last_heartbeat_at = EXCLUDED.last_heartbeat_at, clock_skew_ms = EXCLUDED.clock_skew_ms`,
+		nodeID, epoch, lease.Seconds(), skewMs)
+	return err
+}
+
 // HoldSession locks the node in the session's epoch; ErrSuperseded when a
 // newer session took it (or the node is gone).
 func HoldSession(ctx context.Context, tx store.Tx, nodeID string, epoch int64) error {
@@ -94,43 +113,120 @@ func HoldSession(ctx context.Context, tx store.Tx, nodeID string, epoch int64) e
 	return err
 }
 
-// Heartbeat renews the liveness lease in the session's epoch, brings the
-// node back to connected and checks the identity (serial) again. It
-// answers the node's NodeSpec generation.
-func Heartbeat(ctx context.Context, tx store.Tx, nodeID, serial string, epoch int64, lease, skew time.Duration) (int64, error) {
-	// A heartbeat is soft state: one lost to a crash only makes the lease
-	// look older until the next. Not waiting for its WAL flush halves what
-	// thousands of them cost PostgreSQL.
-	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-		return 0, err
+// Beat is one heartbeat of a session, for RecordHeartbeats.
+type Beat struct {
+	NodeID string
+	Epoch  int64
+	Skew   time.Duration
+	// Serial, when set, is checked as NodeIdentityValid would (the
+	// session's periodic identity check rides on the batch).
+	Serial string
+}
+
+// BeatResult is what RecordHeartbeats learned of one beat.
+type BeatResult struct {
+	// Recorded: the lease is renewed. When false the session no longer
+	// holds the node (ErrSuperseded) and nothing was written for it.
+	Recorded bool
+	// Generation is the node's NodeSpec generation.
+	Generation int64
+	// NeedsRepair: the node's row does not say what a heartbeat means
+	// (it is not connected, carries NodeUnreachable, or its ClockSkew
+	// condition disagrees with Skew); RepairLiveness brings it in step.
+	NeedsRepair bool
+	// IdentityValid is false when the beat's Serial is no longer a valid
+	// identity of the node (always true when Serial was empty).
+	IdentityValid bool
+}
+
+// RecordHeartbeats renews the liveness lease of every beat whose session
+// still holds its node, in one statement on the narrow node_liveness
+// table (no write to nodes), and answers one result per beat, in order.
+// The caller commits; a heartbeat is soft state, so the transaction may
+// use synchronous_commit off (HeartbeatTx).
+func RecordHeartbeats(ctx context.Context, tx store.Tx, lease time.Duration, beats []Beat) ([]BeatResult, error) {
+	ids := make([]string, len(beats))
+	epochs := make([]int64, len(beats))
+	skews := make([]int64, len(beats))
+	serials := make([]string, len(beats))
+	for i, b := range beats {
+		ids[i], epochs[i], skews[i], serials[i] = b.NodeID, b.Epoch, b.Skew.Milliseconds(), b.Serial
 	}
+	// ord keeps each beat's place. Two processes' batches share a row only
+	// while a node moves between them (the older session is superseded);
+	// a deadlock between them fails one batch, which the caller retries.
+	rows, err := tx.Query(ctx, `WITH b AS (
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $7::text[])
+				WITH ORDINALITY AS b (node_id, epoch, skew_ms, serial, ord)),
+		up AS (
+			UPDATE node_liveness l SET expires_at = now() + make_interval(secs => $4), last_heartbeat_at = now(),
+				clock_skew_ms = b.skew_ms
+			FROM b WHERE l.node_id = b.node_id AND l.session_epoch = b.epoch
+			RETURNING l.node_id, l.session_epoch)
+		SELECT b.ord, n.generation, n.connectivity,
+			EXISTS (SELECT 1 FROM jsonb_array_elements(n.conditions) c
+				WHERE c->>'type' = $5 AND coalesce(c->>'device', '') = ''),
+			EXISTS (SELECT 1 FROM jsonb_array_elements(n.conditions) c
+				WHERE c->>'type' = $6 AND coalesce(c->>'device', '') = ''),
+			b.serial = '' OR EXISTS (SELECT 1 FROM node_identities i WHERE i.node_id = b.node_id AND i.serial = b.serial
+				AND i.revoked_at IS NULL AND i.expires_at > now())
+		FROM b JOIN up ON up.node_id = b.node_id AND up.session_epoch = b.epoch
+		JOIN nodes n ON n.id = b.node_id AND n.deleted_at IS NULL`,
+		ids, epochs, skews, lease.Seconds(), CondNodeUnreachable, CondClockSkew, serials)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BeatResult, len(beats))
+	var ord, generation int64
+	var connectivity string
+	var unreachable, skewed, identity bool
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &generation, &connectivity, &unreachable, &skewed, &identity}, func() error {
+		i := int(ord) - 1
+		if i < 0 || i >= len(beats) {
+			return fmt.Errorf("heartbeat batch: ordinal %d out of range", ord)
+		}
+		out[i] = BeatResult{Recorded: true, Generation: generation, IdentityValid: identity,
+			NeedsRepair: connectivity != "connected" || unreachable || skewed != skewTooLarge(beats[i].Skew)}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HeartbeatTx prepares tx for RecordHeartbeats: a heartbeat is soft state
+// (one lost to a crash only makes the lease look older until the next), so
+// its commit does not wait for the WAL flush.
+func HeartbeatTx(ctx context.Context, tx store.Tx) error {
+	_, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
+	return err
+}
+
+func skewTooLarge(skew time.Duration) bool { return skew > MaxClockSkew || skew < -MaxClockSkew }
+
+// RepairLiveness brings a heartbeating node's row in step with its
+// session, in the session's epoch: connected (with an event when it was
+// not), NodeUnreachable cleared, ClockSkew raised or cleared for skew.
+// RecordHeartbeats says when it is needed; the caller holds no lock.
+func RepairLiveness(ctx context.Context, tx store.Tx, nodeID string, epoch int64, skew time.Duration) error {
 	var prev string
 	var conds []byte
-	var generation int64
 	err := tx.QueryRow(ctx, `WITH old AS (SELECT id, connectivity FROM nodes
 			WHERE id = $1 AND session_epoch = $2 AND deleted_at IS NULL FOR UPDATE)
-		UPDATE nodes n SET liveness_expires_at = now() + make_interval(secs => $3), last_heartbeat_at = now(),
-			clock_skew_ms = $4, connectivity = 'connected',
+		UPDATE nodes n SET connectivity = 'connected',
 			updated_at = CASE WHEN old.connectivity <> 'connected' THEN now() ELSE n.updated_at END
-		FROM old WHERE n.id = old.id RETURNING old.connectivity, n.conditions, n.generation`,
-		nodeID, epoch, lease.Seconds(), skew.Milliseconds()).Scan(&prev, &conds, &generation)
+		FROM old WHERE n.id = old.id RETURNING old.connectivity, n.conditions`,
+		nodeID, epoch).Scan(&prev, &conds)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrSuperseded
+		return ErrSuperseded
 	}
 	if err != nil {
-		return 0, err
-	}
-	ok, err := NodeIdentityValid(ctx, tx, nodeID, serial)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, ErrRevoked
+		return err
 	}
 	if err := connectivityChanged(ctx, tx, nodeID, prev, "connected", epoch); err != nil {
-		return 0, err
+		return err
 	}
-	return generation, setLivenessConditions(ctx, tx, nodeID, conds, skew)
+	return setLivenessConditions(ctx, tx, nodeID, conds, skew)
 }
 
 // EndSession marks the node disconnected when the ended session still
@@ -209,7 +305,7 @@ func setLivenessConditions(ctx context.Context, tx store.Tx, nodeID string, raw 
 	if err := drop(CondNodeUnreachable); err != nil {
 		return err
 	}
-	if skew > MaxClockSkew || skew < -MaxClockSkew {
+	if skewTooLarge(skew) {
 		if !has(CondClockSkew) {
 			reason, dir := "AgentClockAhead", "ahead of"
 			if skew < 0 {
@@ -266,17 +362,17 @@ func collectSwept(rows pgx.Rows, err error) ([]sweptNode, error) {
 // number of replicas may sweep at once.
 func SweepUnreachable(ctx context.Context, tx store.Tx) (int, error) {
 	swept, err := collectSwept(tx.Query(ctx, `WITH old AS (
-			SELECT id, connectivity FROM nodes
-			WHERE deleted_at IS NULL AND connectivity IN ('connected', 'disconnected') AND liveness_expires_at < now()
-			ORDER BY liveness_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+			SELECT m.id, m.connectivity, l.expires_at FROM nodes m JOIN node_liveness l ON l.node_id = m.id
+			WHERE m.deleted_at IS NULL AND m.connectivity IN ('connected', 'disconnected') AND l.expires_at < now()
+			ORDER BY l.expires_at LIMIT $1 FOR UPDATE OF m, l SKIP LOCKED)
 		UPDATE nodes n SET connectivity = 'unreachable', updated_at = now(),
 			conditions = (SELECT coalesce(jsonb_agg(c), '[]') FROM jsonb_array_elements(n.conditions) c
 					WHERE c->>'type' <> $2 OR coalesce(c->>'device', '') <> '')
 				|| jsonb_build_array(jsonb_build_object('type', $2::text, 'status', 'True', 'reason', 'LeaseExpired',
-					'message', 'no heartbeat since ' || to_char(n.liveness_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+					'message', 'no heartbeat since ' || to_char(old.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
 					'since', (extract(epoch FROM now()) * 1000)::bigint))
 		FROM old WHERE n.id = old.id
-		RETURNING n.id, old.connectivity, n.liveness_expires_at`, SweepBatch, CondNodeUnreachable))
+		RETURNING n.id, old.connectivity, old.expires_at`, SweepBatch, CondNodeUnreachable))
 	if err != nil {
 		return 0, err
 	}
@@ -302,8 +398,8 @@ func SweepLost(ctx context.Context, tx store.Tx, log *slog.Logger) (int, error) 
 	var pools []string
 	var secs []float64
 	rows, err := tx.Query(ctx, `SELECT DISTINCT p.id, coalesce(p.policy->>'lostAfter', '') FROM nodes n
-		JOIN pools p ON p.id = n.pool_id
-		WHERE n.deleted_at IS NULL AND n.connectivity = 'unreachable' AND n.liveness_expires_at < now()`)
+		JOIN node_liveness l ON l.node_id = n.id JOIN pools p ON p.id = n.pool_id
+		WHERE n.deleted_at IS NULL AND n.connectivity = 'unreachable' AND l.expires_at < now()`)
 	if err != nil {
 		return 0, err
 	}
@@ -323,14 +419,15 @@ func SweepLost(ctx context.Context, tx store.Tx, log *slog.Logger) (int, error) 
 		return 0, nil
 	}
 	swept, err := collectSwept(tx.Query(ctx, `WITH old AS (
-			SELECT m.id, m.connectivity FROM nodes m
+			SELECT m.id, m.connectivity, l.expires_at FROM nodes m
+			JOIN node_liveness l ON l.node_id = m.id
 			JOIN unnest($1::text[], $2::float8[]) AS pl (pool_id, secs) ON pl.pool_id = m.pool_id
 			WHERE m.deleted_at IS NULL AND m.connectivity = 'unreachable'
-			  AND m.liveness_expires_at + make_interval(secs => pl.secs) < now()
-			ORDER BY m.liveness_expires_at LIMIT $3 FOR UPDATE OF m SKIP LOCKED)
+			  AND l.expires_at + make_interval(secs => pl.secs) < now()
+			ORDER BY l.expires_at LIMIT $3 FOR UPDATE OF m, l SKIP LOCKED)
 		UPDATE nodes n SET connectivity = 'lost', updated_at = now()
 		FROM old WHERE n.id = old.id
-		RETURNING n.id, old.connectivity, n.liveness_expires_at`, pools, secs, SweepBatch))
+		RETURNING n.id, old.connectivity, old.expires_at`, pools, secs, SweepBatch))
 	if err != nil {
 		return 0, err
 	}

@@ -92,11 +92,14 @@ func siteNode(ctx context.Context, tx store.Tx, t Types, a SiteAgent) (Node, err
 	case errors.Is(err, pgx.ErrNoRows):
 		id, prev = core.NewID("node"), ""
 		if _, err := tx.Exec(ctx, `INSERT INTO nodes (id, tenant_id, pool_id, site_id, name, provision_state, role, trust,
-				adapter, power, connectivity, liveness_expires_at, last_heartbeat_at)
-			VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())`,
+				adapter, power, connectivity)
+			VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			id, tenantID, a.SiteID, a.Holder, string(nodestate.Adopted), string(nodestate.RoleSite),
 			string(nodestate.TrustPlatform), string(nodestate.AdapterBCD), string(nodestate.PowerOn),
-			string(nodestate.Connected), a.LeaseExpiresAt); err != nil {
+			string(nodestate.Connected)); err != nil {
+			return Node{}, err
+		}
+		if err := putSiteLiveness(ctx, tx, id, a.LeaseExpiresAt); err != nil {
 			return Node{}, err
 		}
 		if err := AddEvent(ctx, tx, id, EventCreated, "site agent "+a.Holder+" registered for site "+a.SiteID,
@@ -106,9 +109,12 @@ func siteNode(ctx context.Context, tx store.Tx, t Types, a SiteAgent) (Node, err
 	case err != nil:
 		return Node{}, err
 	default:
-		if _, err := tx.Exec(ctx, `UPDATE nodes SET connectivity = $2, liveness_expires_at = $3, last_heartbeat_at = now(),
+		if _, err := tx.Exec(ctx, `UPDATE nodes SET connectivity = $2,
 				updated_at = CASE WHEN connectivity <> $2 THEN now() ELSE updated_at END
-			WHERE id = $1`, id, string(nodestate.Connected), a.LeaseExpiresAt); err != nil {
+			WHERE id = $1 AND connectivity <> $2`, id, string(nodestate.Connected)); err != nil {
+			return Node{}, err
+		}
+		if err := putSiteLiveness(ctx, tx, id, a.LeaseExpiresAt); err != nil {
 			return Node{}, err
 		}
 		if prev != string(nodestate.Connected) {
@@ -128,4 +134,13 @@ func siteNode(ctx context.Context, tx store.Tx, t Types, a SiteAgent) (Node, err
 		return n, nil // its projection row is written once: nothing it holds changes
 	}
 	return n, PutAuthz(ctx, tx, t, n)
+}
+
+// putSiteLiveness sets a site agent's liveness lease to its boot lease's
+// expiry. A site agent has no session, so its epoch stays 0.
+func putSiteLiveness(ctx context.Context, tx store.Tx, nodeID string, expiresAt time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO node_liveness (node_id, expires_at, last_heartbeat_at) VALUES ($1, $2, now())
+		ON CONFLICT (node_id) DO UPDATE SET expires_at = EXCLUDED.expires_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at`,
+		nodeID, expiresAt)
+	return err
 }

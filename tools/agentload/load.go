@@ -34,6 +34,7 @@ type sample struct {
 	APICPU       float64 `json:"apiCpuPercent"`
 	APIRSSMiB    float64 `json:"apiRssMiB"`
 	APIHeapMiB   float64 `json:"apiHeapInuseMiB"`
+	APIStackMiB  float64 `json:"apiStackInuseMiB"` // goroutine stacks, outside the heap
 	PGCPU        float64 `json:"postgresCpuPercent"`
 	ClientCPU    float64 `json:"clientCpuPercent"`
 	ClientRSSMiB float64 `json:"clientRssMiB"`
@@ -66,7 +67,9 @@ type result struct {
 	APIRSSMaxMiB       float64  `json:"apiRssMaxMiB"`
 	APIRSSEndMiB       float64  `json:"apiRssEndMiB"`
 	APIHeapEndMiB      float64  `json:"apiHeapInuseEndMiB"`
-	PGCPUAvg           float64  `json:"postgresCpuAvgPercent"` // hold
+	APIStackEndMiB     float64  `json:"apiStackInuseEndMiB"`
+	APIGoMemLimit      string   `json:"apiGoMemLimit,omitempty"` // GOMEMLIMIT the API ran with
+	PGCPUAvg           float64  `json:"postgresCpuAvgPercent"`   // hold
 	PGCPUMax           float64  `json:"postgresCpuMaxPercent"`
 	ClientCPUAvg       float64  `json:"clientCpuAvgPercent"` // hold
 	ClientRSSMaxMiB    float64  `json:"clientRssMaxMiB"`
@@ -144,7 +147,7 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) (*result, error) 
 		return nil, err
 	}
 	res := &result{Agents: cfg.agents, Ramp: cfg.ramp, Cores: runtime.NumCPU(), APIPoolMaxConns: cfg.pool,
-		apiPID: s.api.Process.Pid}
+		APIGoMemLimit: cfg.memLimit, apiPID: s.api.Process.Pid}
 	if res.pgPID, err = s.pgPID(); err != nil {
 		return nil, fmt.Errorf("postmaster pid: %w", err)
 	}
@@ -274,6 +277,7 @@ func (r *result) sample(ctx context.Context, s *stack, phase string, started, we
 	sm.APISessions = gaugeValue(text, "bc_agent_sessions")
 	goroutines := gaugeValue(text, "go_goroutines")
 	sm.APIHeapMiB = gaugeValue(text, "go_memstats_heap_inuse_bytes") / (1 << 20)
+	sm.APIStackMiB = gaugeValue(text, "go_memstats_stack_inuse_bytes") / (1 << 20)
 	sm.DBConnected = dbConnected(ctx, s)
 	r.Samples = append(r.Samples, sm)
 	r.Heartbeats = hist.Count
@@ -321,7 +325,7 @@ func (r *result) summarize() {
 	for _, s := range r.Samples {
 		r.APIRSSMaxMiB = max(r.APIRSSMaxMiB, s.APIRSSMiB)
 		r.ClientRSSMaxMiB = max(r.ClientRSSMaxMiB, s.ClientRSSMiB)
-		r.APIRSSEndMiB, r.APIHeapEndMiB = s.APIRSSMiB, s.APIHeapMiB
+		r.APIRSSEndMiB, r.APIHeapEndMiB, r.APIStackEndMiB = s.APIRSSMiB, s.APIHeapMiB, s.APIStackMiB
 		if s.Phase != "hold" {
 			rampSum += s.APICPU
 			rampN++
@@ -378,7 +382,10 @@ func printReport(w io.Writer, r *result) {
 	row("heartbeats handled", "%.0f in the hold (%.1f/s), %.0f in all", r.HoldHeartbeats, r.HeartbeatsPerSec, r.Heartbeats)
 	row("heartbeat p50 / p99 / mean", "%.2f / %.2f / %.2f ms (hold); p99 %.2f ms whole run", r.HeartbeatP50ms, r.HeartbeatP99ms, r.HeartbeatMeanms, r.RunP99ms)
 	row("API CPU avg / max", "%.1f%% / %.1f%% of one core (hold, 10 s windows); ramp avg %.1f%%", r.APICPUAvg, r.APICPUMax, r.APICPURampAvg)
-	row("API RSS start / max / end", "%.0f / %.0f / %.0f MiB (heap in use at end %.0f MiB)", r.APIRSSStartMiB, r.APIRSSMaxMiB, r.APIRSSEndMiB, r.APIHeapEndMiB)
+	row("API RSS start / max / end", "%.0f / %.0f / %.0f MiB (heap in use at end %.0f MiB, stacks %.0f MiB)", r.APIRSSStartMiB, r.APIRSSMaxMiB, r.APIRSSEndMiB, r.APIHeapEndMiB, r.APIStackEndMiB)
+	if r.APIGoMemLimit != "" {
+		row("API GOMEMLIMIT", "%s", r.APIGoMemLimit)
+	}
 	row("API goroutines", "%.0f", r.APIGoroutines)
 	row("PostgreSQL CPU avg / max", "%.1f%% / %.1f%% (hold, all its processes)", r.PGCPUAvg, r.PGCPUMax)
 	row("client CPU avg", "%.1f%% (hold; includes embedded Temporal)", r.ClientCPUAvg)

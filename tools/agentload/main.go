@@ -33,6 +33,7 @@ type config struct {
 	keep     bool
 	logLevel string
 	pool     int
+	memLimit string
 }
 
 func main() {
@@ -45,6 +46,7 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary directory (logs, database)")
 	flag.StringVar(&cfg.logLevel, "api-log-level", "info", "the API process's --log-level")
 	flag.IntVar(&cfg.pool, "api-pool-max-conns", 0, "pool_max_conns in the API's database URL (0: pgx's default)")
+	flag.StringVar(&cfg.memLimit, "api-gomemlimit", "", "GOMEMLIMIT of the API process (e.g. 900MiB; empty: the environment's)")
 	flag.Parse()
 	if cfg.agents <= 0 || cfg.ramp <= 0 || cfg.duration <= 0 {
 		fmt.Fprintln(os.Stderr, "agentload: -agents, -ramp and -duration must be positive")

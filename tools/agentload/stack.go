@@ -245,6 +245,9 @@ func (s *stack) startAPI(ctx context.Context, cfg config) error {
 		"--node-ca-key", filepath.Join(s.dir, "node-ca", nodeca.KeyFile),
 		"--agent-listen", agentListen, "--agent-endpoint", s.agentURL, "--log-level", cfg.logLevel)
 	s.api.Stdout, s.api.Stderr = logFile, logFile
+	if cfg.memLimit != "" {
+		s.api.Env = append(os.Environ(), "GOMEMLIMIT="+cfg.memLimit)
+	}
 	if err := s.api.Start(); err != nil {
 		logFile.Close()
 		return err
