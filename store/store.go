@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +24,9 @@ func Open(ctx context.Context, url string, opts ...func(*pgxpool.Config)) (*Stor
 	if err != nil {
 		return nil, fmt.Errorf("store: bad database url: %w", err)
 	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns()
+	}
 	for _, o := range opts {
 		o(cfg)
 	}
@@ -35,6 +40,13 @@ func Open(ctx context.Context, url string, opts ...func(*pgxpool.Config)) (*Stor
 	}
 	return &Store{Pool: pool}, nil
 }
+
+// DefaultMaxConns is the pool's size when the URL names no pool_max_conns:
+// pgx's own default (one connection per core, at least four) leaves calls
+// queueing for a connection while others wait on a row lock or a commit's
+// flush, which costs no CPU; four per core (at least sixteen) is still far below the
+// clusters' max_connections once Temporal's pools are counted.
+func DefaultMaxConns() int32 { return int32(max(16, 4*runtime.NumCPU())) }
 
 // Close releases every connection.
 func (s *Store) Close() { s.Pool.Close() }
