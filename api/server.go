@@ -66,6 +66,9 @@ type Deps struct {
 	ReservationMaxAhead time.Duration
 	// PublicURL is the API's base URL as nodes reach it (rpc.Deps).
 	PublicURL string
+	// ReservationStarts, when set, starts admitted reservations' workflows
+	// off the request path (rpc.Deps).
+	ReservationStarts rpc.WorkflowStarter
 }
 
 // RouteMounter puts routes on the API's router.
@@ -123,7 +126,7 @@ func New(deps Deps) (*Server, error) {
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
-		PublicURL: deps.PublicURL}
+		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

@@ -31,7 +31,7 @@ import (
 
 // startStack starts the dev stack with its agents (a bcd site and two
 // simulated bcd node agents, real processes).
-func startStack(t *testing.T, dir string, pgPort int) *devstack.Stack {
+func startStack(t testing.TB, dir string, pgPort int) *devstack.Stack {
 	t.Helper()
 	bcd, err := bcdBinary()
 	if err != nil {
@@ -267,11 +267,8 @@ func TestDevStackOverHTTP(t *testing.T) {
 		if again, err := reservations.Create.Call(ctx, acme, in); err != nil || again.ID != r.ID {
 			t.Fatalf("replay = %+v, %v", again, err)
 		}
-		desc, err := s.Client().DescribeWorkflowExecution(ctx, r.ID, "")
-		if err != nil || desc.WorkflowExecutionInfo.GetType().GetName() != "ReservationWorkflow" {
-			t.Fatalf("the reservation's workflow: %v, %v", desc, err)
-		}
-		// The workflow marks it active (start is now); wait, bounded.
+		// The workflow, started once the create answered, marks it active
+		// (start is now); wait, bounded.
 		testutil.EventuallyNil(t, time.Minute, func() error {
 			if r, err = reservations.Get.Call(ctx, acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}); err != nil {
 				t.Fatal(err)
@@ -281,6 +278,10 @@ func TestDevStackOverHTTP(t *testing.T) {
 			}
 			return nil
 		})
+		desc, err := s.Client().DescribeWorkflowExecution(ctx, r.ID, "")
+		if err != nil || desc.WorkflowExecutionInfo.GetType().GetName() != "ReservationWorkflow" {
+			t.Fatalf("the reservation's workflow: %v, %v", desc, err)
+		}
 	})
 
 	t.Run(".dev/env", func(t *testing.T) {

@@ -254,6 +254,11 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("a crash between the booking commit and the workflow start", func(t *testing.T) { testCrashBeforeWorkflowStart(t, l) })
+	t.Run("replicas' starters do not start a workflow twice", func(t *testing.T) { testReplicaStartersDoNotDoubleStart(t, l) })
+
+	// The starters' scan (or, failing it, the reconciler) finishes a start
+	// that was never made.
 	t.Run("the reconciler finishes a lost start", func(t *testing.T) {
 		// A reservation as the API would have committed it had it crashed
 		// before starting the workflow: placed, booked, no workflow, and
@@ -384,6 +389,11 @@ func TestReservationLifecycle(t *testing.T) {
 		t.Run("cancel after terminate", func(t *testing.T) {
 			start := time.Now().Add(time.Hour).UnixMilli()
 			r := l.reserve(t, "life-cancel-terminated", 1, &start, 3600, nil)
+			// The starter starts the workflow once the create answered.
+			testutil.EventuallyNil(t, lifecycleDeadline, func() error {
+				_, err := c.DescribeWorkflowExecution(ctx, r.ID, "")
+				return err
+			})
 			stop(t, r.ID, "terminate")
 			cancelled, err := reservations.Cancel.Call(ctx, l.acme, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID})
 			if err != nil || cancelled.State != "cancelled" || cancelled.EndReason != "cancel" {

@@ -231,3 +231,50 @@ func MarkReservationWorkflowStarted(ctx context.Context, tx Tx, id string) error
 	_, err := tx.Exec(ctx, `UPDATE reservations SET workflow_started_at = now() WHERE id = $1 AND workflow_started_at IS NULL`, id)
 	return err
 }
+
+// OwedReservationStarts are those of ids, admitted reservations, whose
+// workflow is owed: placed or later with no start recorded. One that ended
+// before its start (cancelled right after its create) is included, so
+// every admitted reservation has a run that ends as its row says; a
+// replayed id whose start is already recorded is left out.
+func OwedReservationStarts(ctx context.Context, tx Tx, ids []string) ([]UnstartedReservation, error) {
+	rows, err := tx.Query(ctx, `SELECT tenant_id, id, pool_id, (extract(epoch FROM starts_at) * 1000)::bigint,
+			(extract(epoch FROM ends_at) * 1000)::bigint, COALESCE(lease_seconds, 0),
+			state IN ('active', 'expired', 'releasing'),
+			COALESCE((extract(epoch FROM lease_expires_at) * 1000)::bigint, 0)
+		FROM reservations
+		WHERE id = ANY($1) AND workflow_started_at IS NULL AND state NOT IN ('draft', 'denied', 'pending', 'awaiting-confirmation')`, ids)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnstartedReservation, error) {
+		var u UnstartedReservation
+		return u, r.Scan(&u.TenantID, &u.ID, &u.PoolID, &u.Start, &u.End, &u.LeaseSeconds, &u.Active, &u.LeaseDeadline)
+	})
+}
+
+// MarkReservationWorkflowsStarted records, in one statement, that the
+// workflows of ids were started (a start already recorded is kept), and
+// answers those of the newly recorded whose reservation is no longer live:
+// one that ended (a cancel) between the read its start was made from and
+// the start, whose workflow may have missed being told.
+func MarkReservationWorkflowsStarted(ctx context.Context, tx Tx, ids []string) (ended []string, err error) {
+	rows, err := tx.Query(ctx, `UPDATE reservations SET workflow_started_at = now()
+		WHERE id = ANY($1) AND workflow_started_at IS NULL
+		RETURNING id, state IN ('placed', 'binding', 'active', 'expired', 'releasing')`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var live bool
+		if err := rows.Scan(&id, &live); err != nil {
+			return nil, err
+		}
+		if !live {
+			ended = append(ended, id)
+		}
+	}
+	return ended, rows.Err()
+}

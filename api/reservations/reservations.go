@@ -2,8 +2,9 @@
 // extend are admissions: transaction 1 writes the draft (or the extended
 // request) and its authorization row, the decision is made on it,
 // transaction 2 books it. Once a call commits, the reservation's workflow
-// is told: started after create, updated after release, renew and extend,
-// signalled after cancel.
+// is told: started after create (by the process's starter, off the request
+// path), updated after release, renew and extend, signalled after cancel.
+// An update that finds no workflow starts it first.
 package reservations
 
 import (
@@ -124,8 +125,16 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				Failed: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput, cause error) error {
 					return domain.Fail(ctx, tx, c.TenantID, c.Resource.ID, cause)
 				},
-				// Started runs after the commit and on every replay.
+				// Started runs after the commit and on every replay. With a
+				// starter, the call answers as soon as the booking is
+				// committed: the row owes its workflow a start, which the
+				// starter (or, after a crash, another process's starter or
+				// the reconciler) makes.
 				Started: func(ctx context.Context, c *rpc.Call, _ CreateInput) error {
+					if d.ReservationStarts != nil && d.Temporal != nil {
+						d.ReservationStarts.Owe(c.TenantID, c.Resource.ID)
+						return nil
+					}
 					r, err := m.read(ctx, c.TenantID, c.Resource.ID)
 					if err != nil {
 						return err

@@ -75,6 +75,18 @@ type Deps struct {
 	// `bcd node join` command joinTokens.create answers; "" leaves a
 	// placeholder for the user to fill.
 	PublicURL string
+	// ReservationStarts, when set, takes admitted reservations whose
+	// workflows are owed and starts them off the request path; without it
+	// the create call starts the workflow itself before it answers.
+	ReservationStarts WorkflowStarter
+}
+
+// WorkflowStarter starts, off the request path, the workflow a committed
+// row owes (the row records the start, so it is its own outbox). Owe never
+// blocks and may drop what it cannot queue: the starter also scans the
+// table for owed starts.
+type WorkflowStarter interface {
+	Owe(tenantID, id string)
 }
 
 // Resource names a resource of a catalog type ("pool") by its full name.

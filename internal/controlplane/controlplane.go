@@ -17,9 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
+	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/api/httpx"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
@@ -66,6 +68,11 @@ type Config struct {
 	Metrics *prometheus.Registry
 	// PublicURL is the API's base URL as nodes reach it (api.Deps).
 	PublicURL string
+	// ReservationStarter, when set, is the starter the API hands admitted
+	// reservations to, and the caller runs it (tests stop one before it
+	// starts anything). When nil and Temporal is set, New makes one and
+	// runs it until Close.
+	ReservationStarter *reservationsact.Starter
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -169,8 +176,18 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	starter, runStarter := cfg.ReservationStarter, false
+	if starter == nil && cfg.Temporal != nil {
+		starter = reservationsact.NewStarter(cfg.Store, cfg.Temporal, cfg.TaskQueue,
+			cfg.Logger.With("component", "reservation-starter"), reservationsact.StarterOptions{})
+		runStarter = true
+	}
+	var starts rpc.WorkflowStarter
+	if starter != nil {
+		starts = starter
+	}
 	srv, err := api.New(api.Deps{
-		Store: cfg.Store, Temporal: cfg.Temporal, TaskQueue: cfg.TaskQueue,
+		Store: cfg.Store, Temporal: cfg.Temporal, TaskQueue: cfg.TaskQueue, ReservationStarts: starts,
 		IAM: caching.Port(), Catalog: catalog, RootTenant: cfg.RootTenant,
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
@@ -189,6 +206,9 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		sweep = 5 * time.Second
 	}
 	cp.wg.Go(func() { gateway.RunLivenessSweeper(runCtx, sweep) })
+	if runStarter {
+		cp.wg.Go(func() { _ = starter.Run(runCtx) })
+	}
 	cp.nodeCA = cfg.NodeCA
 	cp.agentTimeouts = cfg.AgentTimeouts
 	return cp, nil
@@ -240,7 +260,8 @@ func ConfigWarnings(cfg Config) []core.Warning {
 	return nil
 }
 
-// Close stops the projection's tailer and the IAM events listener.
+// Close stops the projection's tailer, the IAM events listener, the
+// liveness sweeper and the reservation starter.
 func (cp *ControlPlane) Close() {
 	cp.stop()
 	cp.wg.Wait()
