@@ -177,9 +177,13 @@ type Projection struct {
 	entries  map[authzKey]*authzEntry
 	poisoned map[authzKey]uint64 // rows Refresh dropped, by tick
 	tick     uint64
-	snapshot string // the snapshot the memory reflects (tail passes only)
-	lastOK   time.Time
-	stats    ProjectionStats
+	// refreshQ are the Refreshes waiting for their rows' read
+	// (refreshQueued), under refreshMu.
+	refreshMu sync.Mutex
+	refreshQ  []*refreshWaiter
+	snapshot  string // the snapshot the memory reflects (tail passes only)
+	lastOK    time.Time
+	stats     ProjectionStats
 
 	// testHookTailRead, when set, runs in TailOnce between the read and
 	// the apply (tests only).
@@ -415,30 +419,108 @@ func (p *Projection) Refresh(ctx context.Context, typ, id, tenantID string) erro
 	p.stats.Refreshes++
 	p.mu.Unlock()
 
+	// Concurrent Refreshes queue their rows; whichever holds serial reads
+	// every queued row in one statement, so admissions in flight together
+	// wait for one read instead of one read each. Every queued row was
+	// marked before the read, so the read is as fresh as each needs.
+	w := &refreshWaiter{k: k, mark: mark, done: make(chan error, 1)}
+	p.refreshMu.Lock()
+	p.refreshQ = append(p.refreshQ, w)
+	p.refreshMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, p.opts.RefreshTimeout)
 	defer cancel()
-	if err := p.acquire(ctx); err != nil {
-		return core.Wrap(core.CodeUnavailable, err, fmt.Sprintf("the authorization projection could not re-read %s/%s", typ, id))
+	for {
+		select {
+		case err := <-w.done:
+			return err
+		case p.serial <- struct{}{}:
+			p.refreshQueued(ctx, w)
+			p.release()
+		case <-ctx.Done():
+			p.unqueue(w)
+			select {
+			case err := <-w.done: // answered meanwhile
+				return err
+			default:
+			}
+			return core.Wrap(core.CodeUnavailable, ctx.Err(), fmt.Sprintf("the authorization projection could not re-read %s/%s", typ, id))
+		}
 	}
-	defer p.release()
-	r, err := store.GetAuthzResource(ctx, p.store.Pool, typ, id)
-	if errors.Is(err, core.ErrNotFound) {
-		return nil
+}
+
+// refreshWaiter is a Refresh waiting for its row to be read.
+type refreshWaiter struct {
+	k    authzKey
+	mark uint64
+	done chan error // buffered: the answer never blocks the reader
+}
+
+// unqueue takes w out of the queue, if no read took it yet.
+func (p *Projection) unqueue(w *refreshWaiter) {
+	p.refreshMu.Lock()
+	defer p.refreshMu.Unlock()
+	if i := slices.Index(p.refreshQ, w); i >= 0 {
+		p.refreshQ = slices.Delete(p.refreshQ, i, i+1)
 	}
+}
+
+// refreshQueued runs holding serial: it reads the rows of every queued
+// Refresh in one statement and installs each, unless a later Refresh of the
+// row owns it now. A row that does not exist stays dropped (nil); a failed
+// read leaves every row dropped and answers UNAVAILABLE, except when it
+// failed because own's context ended: the others are queued again for the
+// next holder.
+func (p *Projection) refreshQueued(ctx context.Context, own *refreshWaiter) {
+	p.refreshMu.Lock()
+	batch := p.refreshQ
+	p.refreshQ = nil
+	p.refreshMu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	keys := make([][2]string, len(batch))
+	for i, w := range batch {
+		keys[i] = [2]string{w.k.typ, w.k.id}
+	}
+	rows, err := store.GetAuthzResources(ctx, p.store.Pool, keys)
 	if err != nil {
-		return core.Wrap(core.CodeUnavailable, err, fmt.Sprintf("the authorization projection could not re-read %s/%s", typ, id))
+		if ctx.Err() != nil {
+			p.refreshMu.Lock()
+			for _, w := range batch {
+				if w != own {
+					p.refreshQ = append(p.refreshQ, w)
+				}
+			}
+			p.refreshMu.Unlock()
+			batch = []*refreshWaiter{own}
+		}
+		for _, w := range batch {
+			w.done <- core.Wrap(core.CodeUnavailable, err, fmt.Sprintf("the authorization projection could not re-read %s/%s", w.k.typ, w.k.id))
+		}
+		return
 	}
-	e, dropped := p.entryOf(r)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stats.AttributesDropped += uint64(dropped)
-	// A later Refresh of the row owns it now (it may have dropped the row
-	// after our read); an unloaded projection gets everything from Load.
-	if m, ok := p.poisoned[k]; (ok && m != mark) || !p.loaded.Load() {
-		return nil
+	read := make(map[authzKey]store.AuthzResource, len(rows))
+	for _, r := range rows {
+		read[authzKey{r.Type, r.ID}] = r
 	}
-	p.entries[k] = e
-	return nil
+	for _, w := range batch {
+		r, ok := read[w.k]
+		if !ok {
+			w.done <- nil
+			continue
+		}
+		e, dropped := p.entryOf(r)
+		p.mu.Lock()
+		p.stats.AttributesDropped += uint64(dropped)
+		// A later Refresh of the row owns it now (it may have dropped the
+		// row after our read); an unloaded projection gets everything
+		// from Load.
+		if m, ok := p.poisoned[w.k]; (!ok || m == w.mark) && p.loaded.Load() {
+			p.entries[w.k] = e
+		}
+		p.mu.Unlock()
+		w.done <- nil
+	}
 }
 
 // lookup answers one row as tenantID sees it: from memory when the row is

@@ -838,3 +838,47 @@ func BenchmarkResolveHit(b *testing.B) {
 		b.Fatalf("hits went to the database: %+v", st)
 	}
 }
+
+// Refreshes that arrive together while the lock is held (here by a tail
+// pass) are answered by one read of all their rows, each installed at the
+// value its admission committed.
+func TestConcurrentRefreshesShareARead(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, ProjectionOptions{})
+	const n = 8
+	var rows []store.AuthzResource
+	for i := range n {
+		rows = append(rows, reservation(fmt.Sprintf("rsv_%d", i), tenantA, 1))
+	}
+	put(t, f.s, rows...)
+	mustLoad(t, f.p)
+
+	errs := make(chan error, n)
+	f.p.testHookTailRead = func() {
+		for i := range n {
+			put(t, f.s, reservation(fmt.Sprintf("rsv_%d", i), tenantA, 2))
+			go func() { errs <- f.p.Refresh(ctx, "compute-reservation", fmt.Sprintf("rsv_%d", i), tenantA) }()
+		}
+		testutil.Eventually(t, 10*time.Second, "every Refresh queued behind the tail", func() bool {
+			f.p.refreshMu.Lock()
+			defer f.p.refreshMu.Unlock()
+			return len(f.p.refreshQ) == n
+		})
+	}
+	mustTail(t, f.p)
+	f.p.testHookTailRead = nil
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+	}
+	for i := range n {
+		e, ok := peek(f.p, "compute-reservation", fmt.Sprintf("rsv_%d", i))
+		if !ok || e.attributes["durationHours"] != 2.0 {
+			t.Fatalf("rsv_%d after the shared read: %v, %v; want durationHours 2", i, e, ok)
+		}
+	}
+	if st := f.p.Stats(); st.Refreshes != n {
+		t.Fatalf("Stats = %+v; want %d refreshes", st, n)
+	}
+}

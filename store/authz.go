@@ -190,6 +190,37 @@ func GetAuthzResource(ctx context.Context, q DBTX, typ, id string) (AuthzResourc
 	return a.resource()
 }
 
+// GetAuthzResources reads the rows of keys (each "type", "id") in one
+// statement; a key with no row is absent from the answer.
+func GetAuthzResources(ctx context.Context, q DBTX, keys [][2]string) ([]AuthzResource, error) {
+	types, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		types[i], ids[i] = k[0], k[1]
+	}
+	rows, err := q.Query(ctx, `SELECT `+authzColumns+` FROM authz_resources
+		WHERE (type, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, types, ids)
+	if err != nil {
+		return nil, fmt.Errorf("store: read authz resources: %w", err)
+	}
+	defer rows.Close()
+	var out []AuthzResource
+	for rows.Next() {
+		var a authzRow
+		if err := rows.Scan(a.dest()...); err != nil {
+			return nil, fmt.Errorf("store: read authz resources: %w", err)
+		}
+		r, err := a.resource()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: read authz resources: %w", err)
+	}
+	return out, nil
+}
+
 // AuthzState is every authz_resources row as of Snapshot.
 type AuthzState struct {
 	// Snapshot is the PostgreSQL snapshot (pg_snapshot, as text) the rows
