@@ -25,7 +25,7 @@ import (
 var reservationsT0 = time.Now().UTC().Truncate(time.Hour).Add(30 * 24 * time.Hour)
 
 // h100Pool makes acme's H100 pool with one schedulable 8-GPU node.
-func h100Pool(t *testing.T, e *env) (pools.Pool, nodes.Node) {
+func h100Pool(t testing.TB, e *env) (pools.Pool, nodes.Node) {
 	t.Helper()
 	s := e.site(e.boot.UserToken, "acme", "fra-1", "custom")
 	p := e.poolWith("acme", s.ID, "h100", "H100", "", `{}`)
