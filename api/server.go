@@ -191,10 +191,6 @@ func (s *Server) handleCall(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	if enc, ok := out.(rpc.Encoded); ok { // already its JSON: not scanned again
-		c.Data(http.StatusOK, "application/json; charset=utf-8", enc.EncodedJSON())
-		return
-	}
 	c.JSON(http.StatusOK, out)
 }
 

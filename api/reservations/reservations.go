@@ -39,38 +39,6 @@ type ReservationList struct {
 	NextCursor string        `json:"nextCursor,omitempty"`
 }
 
-// listedPage is a ReservationList as JSON, from the items' JSON the
-// list's statement wrote (domain.List): nothing is decoded and encoded
-// again, and the HTTP layer writes it as it is (rpc.Encoded).
-type listedPage struct{ json []byte }
-
-func listedPageOf(kept []domain.Listed, next string) listedPage {
-	n := len(`{"items":[]}`) + len(`,"nextCursor":""`) + len(next)
-	for _, r := range kept {
-		n += len(r.JSON) + 1
-	}
-	b := make([]byte, 0, n)
-	b = append(b, `{"items":[`...)
-	for i, r := range kept {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, r.JSON...)
-	}
-	b = append(b, ']')
-	if next != "" { // base64url: nothing to escape
-		b = append(b, `,"nextCursor":"`...)
-		b = append(b, next...)
-		b = append(b, '"')
-	}
-	return listedPage{json: append(b, '}')}
-}
-
-func (p listedPage) EncodedJSON() []byte { return p.json }
-
-// MarshalJSON serves callers that encode the answer themselves.
-func (p listedPage) MarshalJSON() ([]byte, error) { return p.json, nil }
-
 // CreateInput is reservations.create's input: the devices (core/placement
 // checks what their schema cannot say), start in epoch milliseconds
 // (default now, at most 9999-12-31), duration in seconds (at most 366
@@ -183,9 +151,9 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 					f.Owner = c.Caller.IdentityID
 				}
 				items, err := domain.List(ctx, tx, m.types().Reservation, c.TenantID, f, q)
-				return rpc.PageOf(items, q, func(r domain.Listed) store.Key { return store.Key{At: r.CreatedAt, ID: r.ID} },
-					func(r domain.Listed) iam.Resource { return d.Resource(domain.ResourceType, r.ID) },
-					func(kept []domain.Listed, next string) any { return listedPageOf(kept, next) }), err
+				return rpc.PageOf(items, q, func(r Reservation) store.Key { return store.Key{At: r.CreatedAt, ID: r.ID} },
+					func(r Reservation) iam.Resource { return d.Resource(domain.ResourceType, r.ID) },
+					func(kept []Reservation, next string) any { return ReservationList{Items: kept, NextCursor: next} }), err
 			}},
 		&rpc.Method[ReservationInput, Reservation]{Name: Release, Action: "compute:reservations:release", DecidedOn: "compute-reservation",
 			Phase: "v0.1", Kind: core.KindMutation,

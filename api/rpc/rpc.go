@@ -273,13 +273,6 @@ type Page struct {
 	Answer func(kept []any) any
 }
 
-// Encoded is an answer that is already its own JSON (a list whose
-// statement built its items' JSON): the HTTP layer writes it as it is,
-// where encoding/json would scan every byte of it again.
-type Encoded interface {
-	EncodedJSON() []byte
-}
-
 // Item is one listed value and the resource it is decided on.
 type Item struct {
 	Resource iam.Resource

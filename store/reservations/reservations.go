@@ -213,60 +213,16 @@ type Filter struct {
 	Owner, State, PoolID, ProjectID string
 }
 
-// Listed is one reservation as List reads it: its page key and its
-// answer's JSON, built by the list's statement.
-type Listed struct {
-	ID        string
-	CreatedAt int64 // epoch ms, as the JSON's createdAt
-	JSON      json.RawMessage
-}
-
-// ms is the SQL of a timestamp column as the epoch milliseconds the
-// answers carry (rounded, as columns reads them).
-func ms(col string) string { return "(extract(epoch FROM " + col + ") * 1000)::bigint" }
-
-// listedJSON is the SQL of a reservations r row's answer, as the JSON
-// encoding of Reservation writes it, field for field and in its order,
-// leaving out what its omitempty fields leave out: a list's page is built
-// in the statement that reads it rather than decoded into 500 structs and
-// encoded again. Drafts are never listed, so workflowId is always the id.
-// devices, failure and conditions are the jsonb the domain wrote from its
-// Go values; the list's allocations, like withAllocations's, carry no
-// access details.
-var listedJSON = `'{"id":' || to_json(r.id)
-	|| ',"tenantId":' || to_json(r.tenant_id)
-	|| ',"ownerIdentityId":' || to_json(r.owner_identity_id)
-	|| ',"poolId":' || to_json(r.pool_id)
-	|| CASE WHEN r.project_id <> '' THEN ',"projectId":' || to_json(r.project_id) ELSE '' END
-	|| ',"state":' || to_json(r.state)
-	|| ',"workflowId":' || to_json(r.id)
-	|| ',"devices":' || r.devices::text
-	|| ',"start":' || ` + ms("r.starts_at") + `
-	|| ',"end":' || ` + ms("r.ends_at") + `
-	|| ',"binding":' || to_json(r.binding)
-	|| COALESCE(',"leaseSeconds":' || r.lease_seconds, '')
-	|| COALESCE(',"leaseExpiresAt":' || ` + ms("r.lease_expires_at") + `, '')
-	|| ',"spot":' || r.spot::text
-	|| COALESCE(',"failure":' || r.failure::text, '')
-	|| CASE WHEN COALESCE(r.end_reason, '') <> '' THEN ',"endReason":' || to_json(r.end_reason) ELSE '' END
-	|| COALESCE(',"endedAt":' || ` + ms("r.ended_at") + `, '')
-	|| ',"conditions":' || r.conditions::text
-	|| ',"allocations":' || COALESCE((SELECT json_agg(json_build_object('id', a.id, 'nodeId', a.node_id, 'atoms', a.atoms)
-		ORDER BY a.node_id, a.id) FROM allocations a WHERE a.reservation_id = r.id)::text, '[]')
-	|| ',"createdAt":' || ` + ms("r.created_at") + `
-	|| ',"updatedAt":' || ` + ms("r.updated_at") + ` || '}'`
-
 // List reads the tenant's decided reservations (drafts are not listed) of
 // which the projection holds a row (typ is the reservation type's full
 // name), newest first (creation millisecond, then id, both descending):
-// the page's rows before its key, plus one, each with its answer's JSON,
-// in one statement.
-func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, page store.PageQuery) ([]Listed, error) {
-	// The key is createdAt exactly as the answer has it (rounded to the
+// the page's rows before its key, plus one.
+func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, page store.PageQuery) ([]Reservation, error) {
+	// The key is createdAt exactly as columns answers it (rounded to the
 	// millisecond, not cut), so a cursor compares equal to its own row.
-	createdMs := ms("r.created_at")
+	const createdMs = "(extract(epoch FROM r.created_at) * 1000)::bigint"
 	after := page.AfterKey()
-	rows, err := tx.Query(ctx, `SELECT r.id, `+createdMs+`, `+listedJSON+` FROM reservations r
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM reservations r
 		WHERE r.tenant_id = $1 AND r.state <> 'draft'
 			AND ($2 = '' OR r.owner_identity_id = $2) AND ($3 = '' OR r.state = $3)
 			AND ($4 = '' OR r.pool_id = $4) AND ($5 = '' OR r.project_id = $5)
@@ -277,15 +233,11 @@ func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, page
 	if err != nil {
 		return nil, err
 	}
-	var l Listed
-	var raw []byte
-	out := make([]Listed, 0, page.Fetch())
-	_, err = pgx.ForEachRow(rows, []any{&l.ID, &l.CreatedAt, &raw}, func() error {
-		l.JSON = slices.Clone(raw)
-		out = append(out, l)
-		return nil
-	})
-	return out, err
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Reservation, error) { return scan(row) })
+	if err != nil {
+		return nil, err
+	}
+	return items, withAllocations(ctx, tx, items)
 }
 
 // authzRow is a reservation's authorization row: parent its pool, owner
