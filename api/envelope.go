@@ -306,7 +306,8 @@ const listRetryWait = 100 * time.Millisecond
 
 // runList reads a page in a read-only transaction and then, outside it,
 // keeps only the items the caller may read: cached allows are reused, the
-// rest go to AuthorizeMany in batches of at most 50. A NOT_FOUND (IAM does
+// rest go to AuthorizeMany in batches of at most 50 sent a few at once. A
+// NOT_FOUND (IAM does
 // not know an item yet) waits, reloads the page and retries once; any other
 // failure fails the whole request, never a partial list.
 func (s *Server) runList(ctx context.Context, c *Call, h *rpc.Handler) (any, error) {
@@ -340,25 +341,22 @@ func (s *Server) runList(ctx context.Context, c *Call, h *rpc.Handler) (any, err
 	}
 }
 
+// filterItems keeps the items the caller may read, in their order. The
+// page's decisions go out as AuthorizeMany batches of at most 50, a few at
+// once (iam.AuthorizeInBatches); any failure fails the whole list.
 func (s *Server) filterItems(ctx context.Context, c *Call, items []rpc.Item) ([]any, error) {
+	reqs := make([]iam.Request, len(items))
+	for i, it := range items {
+		reqs[i] = c.Request(it.Resource)
+	}
+	decisions, err := iam.AuthorizeInBatches(ctx, s.iam, reqs)
+	if err != nil {
+		return nil, err
+	}
 	kept := make([]any, 0, len(items))
-	for start := 0; start < len(items); start += iam.MaxBatch {
-		batch := items[start:min(start+iam.MaxBatch, len(items))]
-		reqs := make([]iam.Request, len(batch))
-		for i, it := range batch {
-			reqs[i] = c.Request(it.Resource)
-		}
-		decisions, err := s.iam.AuthorizeMany(ctx, reqs)
-		if err != nil {
-			return nil, err
-		}
-		if len(decisions) != len(reqs) {
-			return nil, core.Errorf(core.CodeInternal, "IAM answered %d decisions for %d items", len(decisions), len(reqs))
-		}
-		for i, d := range decisions {
-			if d.Allowed {
-				kept = append(kept, batch[i].Value)
-			}
+	for i, d := range decisions {
+		if d.Allowed {
+			kept = append(kept, items[i].Value)
 		}
 	}
 	return kept, nil

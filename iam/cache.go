@@ -10,8 +10,6 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/better-compute/better-compute/core"
 )
 
 // The two caches in front of IAM ("Caches" in the actions-and-resources
@@ -307,14 +305,15 @@ func (p *CachingPort) Require(ctx context.Context, req Request) error {
 	return p.inner.Require(ctx, req)
 }
 
-// AuthorizeMany answers the held allows itself and sends the rest to the
-// inner port, in batches of at most MaxBatch, keeping the order of reqs. It
-// takes any number of requests. New allows are stored only when every batch
-// succeeded.
+// AuthorizeMany answers the held allows itself, under one lock for the
+// whole call, and sends the rest to the inner port with
+// AuthorizeInBatches (batches of at most MaxBatch, a few at once), keeping
+// the order of reqs. It takes any number of requests. New allows are
+// stored only when every batch succeeded.
 func (p *CachingPort) AuthorizeMany(ctx context.Context, reqs []Request) ([]Decision, error) {
 	defer p.observe(opAuthorizeMany, time.Now())
 	if p.authOnly {
-		return p.inner.AuthorizeMany(ctx, reqs)
+		return AuthorizeInBatches(ctx, p.inner, reqs)
 	}
 	out := make([]Decision, len(reqs))
 	if len(reqs) == 0 {
@@ -341,27 +340,19 @@ func (p *CachingPort) AuthorizeMany(ctx context.Context, reqs []Request) ([]Deci
 	p.mu.Unlock()
 	defer p.abandon(&f)
 
-	for lo := 0; lo < len(misses); lo += MaxBatch {
-		idx := misses[lo:min(lo+MaxBatch, len(misses))]
-		var batch []Request
-		if len(idx) == len(reqs) {
-			batch = reqs // nothing was held: send the caller's slice as is
-		} else {
-			batch = make([]Request, len(idx))
-			for j, i := range idx {
-				batch[j] = reqs[i]
-			}
+	batch := reqs // nothing was held: send the caller's slice as is
+	if len(misses) < len(reqs) {
+		batch = make([]Request, len(misses))
+		for j, i := range misses {
+			batch[j] = reqs[i]
 		}
-		ds, err := p.inner.AuthorizeMany(ctx, batch)
-		if err != nil {
-			return nil, err
-		}
-		if len(ds) != len(batch) {
-			return nil, core.Errorf(core.CodeInternal, "IAM answered %d decisions for %d requests", len(ds), len(batch))
-		}
-		for j, i := range idx {
-			out[i] = ds[j]
-		}
+	}
+	ds, err := AuthorizeInBatches(ctx, p.inner, batch)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range misses {
+		out[i] = ds[j]
 	}
 
 	now = p.now()

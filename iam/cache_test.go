@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -725,18 +726,22 @@ func TestCacheAuthorizeMany(t *testing.T) {
 		manyErr     error
 		wantErr     *core.Error
 		wantBatches []int
-		wantCached  int // allows held afterwards
+		anyBatches  bool // the batches sent are not checked
+		wantCached  int  // allows held afterwards
 	}{
 		{name: "empty", n: 0},
 		{name: "all held", n: 3, warm: []int{0, 1, 2}, wantCached: 3},
 		{name: "held answered locally, rest in one call", n: 6, warm: []int{0, 3, 5}, wantBatches: []int{3}, wantCached: 6},
 		{name: "denies are not cached", n: 6, oddAction: "compute:pools:deny", warm: []int{0}, wantBatches: []int{5}, wantCached: 3},
-		{name: "split into batches of 50", n: 120, wantBatches: []int{50, 50, 20}, wantCached: 120},
+		{name: "split into batches of 50", n: 120, wantBatches: []int{20, 50, 50}, wantCached: 120},
 		{name: "held ones are left out of the batches", n: 55, warm: []int{1, 2, 3, 4, 5}, wantBatches: []int{50}, wantCached: 55},
 		{name: "exactly 50", n: 50, wantBatches: []int{50}, wantCached: 50},
-		{name: "51", n: 51, wantBatches: []int{50, 1}, wantCached: 51},
+		{name: "51", n: 51, wantBatches: []int{1, 50}, wantCached: 51},
 		{name: "length mismatch is INTERNAL_ERROR", n: 4, short: true, wantErr: core.ErrInternal, wantBatches: []int{4}},
-		{name: "length mismatch stops at the first batch", n: 60, short: true, wantErr: core.ErrInternal, wantBatches: []int{50}},
+		// Which of the two concurrent batches goes out before the other's
+		// failure cancels it varies: only the failure and what is cached
+		// are checked.
+		{name: "a short batch fails the whole call", n: 60, short: true, wantErr: core.ErrInternal, anyBatches: true},
 		{name: "an inner error aborts and caches nothing", n: 4, manyErr: core.Errorf(core.CodeNotFound, "no pool"), wantErr: core.ErrNotFound, wantBatches: []int{4}},
 	}
 	for _, tt := range tests {
@@ -765,7 +770,10 @@ func TestCacheAuthorizeMany(t *testing.T) {
 					}
 				}
 			}
-			if sizes := inner.batchSizes(); fmt.Sprint(sizes) != fmt.Sprint(tt.wantBatches) {
+			// The batches go out concurrently: their sizes, not their order.
+			sizes := inner.batchSizes()
+			slices.Sort(sizes)
+			if !tt.anyBatches && fmt.Sprint(sizes) != fmt.Sprint(tt.wantBatches) {
 				t.Fatalf("inner batches %v, want %v", sizes, tt.wantBatches)
 			}
 			// Only misses went to inner, each once.
