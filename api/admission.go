@@ -24,7 +24,8 @@ import (
 //	decision; the same key with another body is CONFLICT)
 //	RefreshResource, so the decision never reads a stale copy
 //	one Require on the draft
-//	transaction 2: the handler, the audit row and the stored result
+//	transaction 2: the handler, the stored result, the audit row and last
+//	the seal (a check whose lock is held to the commit)
 //
 // A crash after transaction 1 leaves a prepared row: the retry with the same
 // key finds it and decides on the same draft, so nothing is lost or doubled.
@@ -158,7 +159,13 @@ func (s *Server) runAdmission(ctx context.Context, c *Call, a *rpc.ErasedAdmissi
 				return err
 			}
 		}
-		return writeAudit(ctx, tx, c)
+		if err := writeAudit(ctx, tx, c); err != nil {
+			return err
+		}
+		if a.Seal != nil {
+			return a.Seal(ctx, c, tx)
+		}
+		return nil
 	})
 	if replay != nil {
 		if err == nil {

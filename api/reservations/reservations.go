@@ -119,6 +119,9 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) (Reservation, error) {
 					return domain.Place(ctx, tx, c.TenantID, c.Resource.ID)
 				},
+				Seal: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) error {
+					return domain.CheckLimits(ctx, tx, c.TenantID, c.Resource.ID)
+				},
 				Denied: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) error {
 					return domain.Deny(ctx, tx, c.TenantID, c.Resource.ID)
 				},

@@ -153,6 +153,7 @@ type Handler struct {
 type ErasedAdmission struct {
 	Prepare  func(ctx context.Context, c *Call, tx store.Tx, draftID string) (iam.Resource, error)
 	Complete func(ctx context.Context, c *Call, tx store.Tx) (any, error)
+	Seal     func(ctx context.Context, c *Call, tx store.Tx) error
 	Denied   func(ctx context.Context, c *Call, tx store.Tx) error
 	Failed   func(ctx context.Context, c *Call, tx store.Tx, cause error) error
 	Started  func(ctx context.Context, c *Call) error
@@ -210,6 +211,12 @@ type Admission[In, Out any] struct {
 	Prepare func(ctx context.Context, c *Call, tx store.Tx, draftID string, in In) (iam.Resource, error)
 	// Complete runs after the decision allowed it, in transaction 2.
 	Complete func(ctx context.Context, c *Call, tx store.Tx, in In) (Out, error)
+	// Seal, optional, runs last in transaction 2, after the stored result
+	// and the audit row, right before the commit: a check under a lock held
+	// to the commit (a quota shared by concurrent calls) then holds it for
+	// its own statements and the commit only. Its error rolls transaction 2
+	// back like Complete's.
+	Seal func(ctx context.Context, c *Call, tx store.Tx, in In) error
 	// Denied, optional, records a denial on the draft (in its own transaction).
 	Denied func(ctx context.Context, c *Call, tx store.Tx, in In) error
 	// Failed, optional, records on the draft why Complete refused it, in a
@@ -264,6 +271,9 @@ func (m *Method[In, Out]) Handler() *Handler {
 			Complete: func(ctx context.Context, c *Call, tx store.Tx) (any, error) {
 				return a.Complete(ctx, c, tx, input[In](c))
 			},
+		}
+		if f := a.Seal; f != nil {
+			e.Seal = func(ctx context.Context, c *Call, tx store.Tx) error { return f(ctx, c, tx, input[In](c)) }
 		}
 		if f := a.Denied; f != nil {
 			e.Denied = func(ctx context.Context, c *Call, tx store.Tx) error { return f(ctx, c, tx, input[In](c)) }

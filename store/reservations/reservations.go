@@ -452,6 +452,10 @@ func Deny(ctx context.Context, tx store.Tx, tenantID, id string) error {
 // codes have no capacity code: QUOTA_EXCEEDED is the tenant's quota,
 // UNAVAILABLE a transient failure). A replay of a refused reservation
 // answers the refusal it recorded (Fail).
+//
+// Place does not check the tenant's limits: CheckLimits must run after it,
+// last in its transaction, so that the lock it holds to the commit is held
+// for as little as possible.
 func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, error) {
 	r, err := Load(ctx, tx, tenantID, id, true)
 	if err != nil {
@@ -468,9 +472,6 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, 
 		return Reservation{}, err
 	}
 	if err := placeAndBook(ctx, tx, pool, r); err != nil {
-		return Reservation{}, err
-	}
-	if err := checkLimits(ctx, tx, tenantID, pool, r, r.Start, r.End, true, true); err != nil {
 		return Reservation{}, err
 	}
 	if err := store.SetReservationState(ctx, tx, r.TenantID, r.ID, states.Pending, states.Placed, nil); err != nil {
@@ -803,6 +804,21 @@ func pgState(err error) string {
 	return ""
 }
 
+// CheckLimits checks a placed reservation against the tenant's limits on
+// its pool (checkLimits, with its bookings counted): the last statements
+// of the transaction that placed it, since its lock is held to the commit.
+func CheckLimits(ctx context.Context, tx store.Tx, tenantID, id string) error {
+	r, err := Load(ctx, tx, tenantID, id, false)
+	if err != nil {
+		return err
+	}
+	pool, err := pools.View(ctx, tx, tenantID, r.PoolID)
+	if err != nil {
+		return err
+	}
+	return checkLimits(ctx, tx, tenantID, pool, r, r.Start, r.End, true, true)
+}
+
 // checkLimits checks r's atoms over [from, to) (a new reservation's
 // window, or an extension's added time), booked in this transaction
 // (booked) or not, against the tenant's limits on the pool, under one lock per
@@ -812,7 +828,8 @@ func pgState(err error) string {
 // commit of the transaction that held the lock before, and this
 // transaction's own bookings. Booking first keeps the lock from covering
 // placement: one tenant's requests wait for each other only from their
-// counts to their commits, and place concurrently (see Place).
+// counts to their commits (a create counts last in its transaction:
+// CheckLimits), and place concurrently (see Place).
 //
 //   - on a pool offered to the tenant, the atoms of r's class the tenant
 //     has booked in the pool over [from, to), r's included, stay within the

@@ -62,7 +62,7 @@ func capacityPool(ctx context.Context, admin *api.Client, st *store.Store, root,
 // capacityScenario calls capacity.summary for the tenant owning the bulk
 // pool, after checking its answer counts that pool exactly.
 func capacityScenario(ctx context.Context, t *target, cfg config, prof *profiler, progress func(string, ...any)) (result, error) {
-	res := result{Scenario: "capacity", Clients: cfg.clients}
+	res := result{Scenario: "capacity", Clients: cfg.capacityClients}
 	progress("bulk-inserting %d 8-GPU nodes into a pool of their own", cfg.capacityNodes)
 	ct, err := t.capacity(ctx, cfg.capacityNodes)
 	if err != nil {
@@ -78,7 +78,7 @@ func capacityScenario(ctx context.Context, t *target, cfg config, prof *profiler
 		res.Violation = v
 	}
 	prof.begin(res.Scenario)
-	run := drive(ctx, cfg.clients, cfg.duration, cfg.requests, func(ctx context.Context, _ int) error {
+	run := drive(ctx, cfg.capacityClients, cfg.duration, cfg.requests, func(ctx context.Context, _ int) error {
 		_, err := capacity.Summary.Call(ctx, ct.caller, in)
 		return err
 	}, nil)

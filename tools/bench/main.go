@@ -48,6 +48,7 @@ type config struct {
 	noFloor         bool
 	verbose         bool
 	capacityNodes   int
+	capacityClients int
 	activateNodes   int
 	agents          int
 	agentsDuration  time.Duration
@@ -100,6 +101,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.noFloor, "no-floor", false, "skip the pgbench floor")
 	fs.BoolVar(&c.verbose, "v", false, "show the embedded stack's logs")
 	fs.IntVar(&c.capacityNodes, "capacity-nodes", 2000, "8-GPU nodes bulk-inserted into a pool of their own (capacity)")
+	// One client by default: the goal is what one call costs, and on a
+	// small machine 16 concurrent summaries measure their queue instead.
+	fs.IntVar(&c.capacityClients, "capacity-clients", 1, "concurrent clients of the capacity scenario")
 	fs.IntVar(&c.agents, "agents", 10000, "simulated agents (agents)")
 	fs.DurationVar(&c.agentsDuration, "agents-duration", time.Minute, "how long agentload holds the sessions once all are started (agents)")
 	fs.IntVar(&c.activateNodes, "activate-nodes", 64, "8-GPU nodes of activate's pool: it ends early once all are booked (embedded stack)")
@@ -131,6 +135,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-api needs -token, -tenant and -pool")
 	case c.contentionCalls < 9:
 		return c, errors.New("-contention-calls must exceed the 8 free GPUs")
+	case c.capacityClients < 1:
+		return c, errors.New("-capacity-clients must be at least 1")
 	case c.capacityNodes < 1:
 		return c, errors.New("-capacity-nodes must be at least 1")
 	case c.activateNodes < 1:

@@ -34,11 +34,14 @@ import (
 // target is what the scenarios call: a tenant user's client and the pool
 // it reserves in, plus what the run has created so far.
 type target struct {
-	user      *api.Client
-	tenant    string
-	pool      string
-	dbURL     string // the cluster's URL for the floor; empty: no floor
-	embedded  bool
+	user     *api.Client
+	tenant   string
+	pool     string
+	dbURL    string // the cluster's URL for the floor; empty: no floor
+	embedded bool
+	// analyze refreshes the statistics of tables the run has filled (nil:
+	// a deployment's own statistics stand).
+	analyze   func(ctx context.Context, tables ...string) error
 	perWindow int // reservations sharing one window in create (see createInput)
 	runID     string
 	base      int64 // epoch ms of the first window, a day ahead
@@ -214,6 +217,7 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 
 	t := newTarget(user, tenant, demo.PoolID, stack.DatabaseURL(), gpus)
 	t.embedded = true
+	t.analyze = func(ctx context.Context, tables ...string) error { return analyze(ctx, st, tables...) }
 	op := offeredPools{admin: admin, user: user, st: st, types: types, root: root, tenant: tenant,
 		userID: userWho.Caller.IdentityID, siteID: demo.SiteID, runID: t.runID}
 	t.contention = func(ctx context.Context) (string, int64, error) {
@@ -259,6 +263,18 @@ func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poo
 		if err != nil {
 			return fmt.Errorf("node %s-%d: %w", prefix, n, err)
 		}
+	}
+	return analyze(ctx, st, "nodes", "devices", "device_bookings")
+}
+
+// analyze refreshes the planner's statistics of tables the setup has just
+// filled, as autovacuum would within a minute in a deployment: planned as
+// the empty tables they were, placement's free-atom read took 80 ms
+// instead of 3.7 ms on 64 nodes, and the 500-item list read 16.5 ms
+// instead of 3.1 ms.
+func analyze(ctx context.Context, st *store.Store, tables ...string) error {
+	if _, err := st.Pool.Exec(ctx, "ANALYZE "+strings.Join(tables, ", ")); err != nil {
+		return fmt.Errorf("analyze: %w", err)
 	}
 	return nil
 }
