@@ -16,17 +16,19 @@ import (
 
 // result is one scenario's numbers, as the table and the JSON show them.
 type result struct {
-	Scenario    string         `json:"scenario"`
-	Clients     int            `json:"clients"`
-	Calls       int            `json:"calls"`
-	OK          int            `json:"ok"`
-	Errors      int            `json:"errors"`
-	ErrorCodes  map[string]int `json:"errorCodes,omitempty"`
-	Seconds     float64        `json:"seconds"`
-	CallsPerSec float64        `json:"callsPerSec"`
-	MeanMs      float64        `json:"meanMs"`
-	P50Ms       float64        `json:"p50Ms"`
-	P99Ms       float64        `json:"p99Ms"`
+	Scenario   string         `json:"scenario"`
+	Clients    int            `json:"clients"`
+	Calls      int            `json:"calls"`
+	OK         int            `json:"ok"`
+	Errors     int            `json:"errors"`
+	ErrorCodes map[string]int `json:"errorCodes,omitempty"`
+	// FirstErrors is one message of each error code, to say what failed.
+	FirstErrors map[string]string `json:"firstErrors,omitempty"`
+	Seconds     float64           `json:"seconds"`
+	CallsPerSec float64           `json:"callsPerSec"`
+	MeanMs      float64           `json:"meanMs"`
+	P50Ms       float64           `json:"p50Ms"`
+	P99Ms       float64           `json:"p99Ms"`
 	// Placed and Refused: the contention scenario's outcomes.
 	Placed    *int   `json:"placed,omitempty"`
 	Refused   *int   `json:"refused,omitempty"`
@@ -81,7 +83,7 @@ func (r *result) fill(run loadRun) {
 	r.OK = run.ok
 	r.Errors = r.Calls - r.OK
 	if len(run.errors) > 0 {
-		r.ErrorCodes = run.errors
+		r.ErrorCodes, r.FirstErrors = run.errors, run.firstErr
 	}
 	r.Seconds = run.elapsed.Seconds()
 	if r.Seconds > 0 {
@@ -173,7 +175,11 @@ func formatNotes(results []result) string {
 		if len(r.ErrorCodes) > 0 {
 			codes := make([]string, 0, len(r.ErrorCodes))
 			for code, n := range r.ErrorCodes {
-				codes = append(codes, fmt.Sprintf("%s×%d", code, n))
+				c := fmt.Sprintf("%s×%d", code, n)
+				if msg := r.FirstErrors[code]; msg != "" {
+					c += fmt.Sprintf(" (%q)", msg)
+				}
+				codes = append(codes, c)
 			}
 			slices.Sort(codes)
 			notes = append(notes, "errors: "+strings.Join(codes, ", "))

@@ -23,7 +23,8 @@ const callTimeout = time.Minute
 type loadRun struct {
 	latencies []time.Duration // every completed call, ok or not
 	ok        int
-	errors    map[string]int // by error code
+	errors    map[string]int    // by error code
+	firstErr  map[string]string // the first message of each error code
 	elapsed   time.Duration
 }
 
@@ -41,7 +42,7 @@ func drive(ctx context.Context, clients int, duration time.Duration, requests in
 	for w := range clients {
 		wg.Go(func() {
 			r := &per[w]
-			r.errors = map[string]int{}
+			r.errors, r.firstErr = map[string]int{}, map[string]string{}
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
 				if requests > 0 && i >= requests || requests == 0 && !time.Now().Before(deadline) {
@@ -59,14 +60,22 @@ func drive(ctx context.Context, clients int, duration time.Duration, requests in
 				if err == nil || classify != nil && classify(err) {
 					r.ok++
 				} else {
-					r.errors[errorCode(err)]++
+					code := errorCode(err)
+					if r.errors[code]++; r.errors[code] == 1 {
+						r.firstErr[code] = err.Error()
+					}
 				}
 			}
 		})
 	}
 	wg.Wait()
-	out := loadRun{errors: map[string]int{}, elapsed: time.Since(start)}
+	out := loadRun{errors: map[string]int{}, firstErr: map[string]string{}, elapsed: time.Since(start)}
 	for _, r := range per {
+		for k, v := range r.firstErr {
+			if _, seen := out.firstErr[k]; !seen {
+				out.firstErr[k] = v
+			}
+		}
 		out.latencies = append(out.latencies, r.latencies...)
 		out.ok += r.ok
 		for k, v := range r.errors {
