@@ -86,11 +86,18 @@ func (l *lifecycle) waitState(t *testing.T, id, state string) reservations.Reser
 	return r
 }
 
-// result waits for the reservation's workflow to end and answers its result.
+// result waits for the reservation's workflow to start and end, and
+// answers its result.
 func (l *lifecycle) result(t *testing.T, id string) reservationsact.ReservationResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), lifecycleDeadline)
 	defer cancel()
+	// The process's starter starts the workflow once the create answered,
+	// so it may not exist yet.
+	testutil.EventuallyNil(t, lifecycleDeadline, func() error {
+		_, err := l.stack.Client().DescribeWorkflowExecution(ctx, id, "")
+		return err
+	})
 	var res reservationsact.ReservationResult
 	if err := l.stack.Client().GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
 		t.Fatalf("workflow %s: %v", id, err)
