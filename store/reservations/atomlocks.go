@@ -3,6 +3,7 @@ package reservations
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 
@@ -61,6 +62,19 @@ func without(nodes []placement.Node, busy map[atomKey]bool) []placement.Node {
 			if !busy[atomKey{n.ID, a.ID}] {
 				out[i].Atoms = append(out[i].Atoms, a)
 			}
+		}
+	}
+	return out
+}
+
+// contendedHalf keeps about half of nodes, a different half for each seed
+// and round, so that requests colliding on one pool spread out instead of
+// marching together from one best-fit node to the next.
+func contendedHalf(nodes []placement.Node, seed uint64, round int) []placement.Node {
+	out := make([]placement.Node, 0, len(nodes)/2+1)
+	for _, n := range nodes {
+		if placement.Seed(fmt.Sprintf("%x/%d/%s", seed, round, n.ID))&1 == 0 {
+			out = append(out, n)
 		}
 	}
 	return out

@@ -506,8 +506,17 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 	// choose places on the free atoms but those set aside (and, when that
 	// fails and r is not spot, on those held only by spot reservations
 	// too); reasons are the plain placement's, as a refusal reports them.
+	round := 0
 	choose := func() (placement.Plan, []spotVictim, []placement.Reason, error) {
-		plan, reasons := placement.PlaceSpread(req, without(nodes, aside), seed)
+		free := without(nodes, aside)
+		if len(aside) > 0 {
+			// A try collided: the concurrent requests that would all walk
+			// the same best-fit order try different halves first.
+			if plan, reasons := placement.PlaceSpread(req, contendedHalf(free, seed, round), seed); len(reasons) == 0 {
+				return plan, nil, nil, nil
+			}
+		}
+		plan, reasons := placement.PlaceSpread(req, free, seed)
 		if len(reasons) == 0 || r.Spot {
 			return plan, nil, reasons, nil
 		}
@@ -540,6 +549,7 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 		return len(rs) == 0
 	}
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
+		round = attempt
 		if !read {
 			var err error
 			if nodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false); err != nil {
