@@ -41,10 +41,13 @@ type target struct {
 	embedded bool
 	// analyze refreshes the statistics of tables the run has filled (nil:
 	// a deployment's own statistics stand).
-	analyze   func(ctx context.Context, tables ...string) error
-	perWindow int // reservations sharing one window in create (see createInput)
-	runID     string
-	base      int64 // epoch ms of the first window, a day ahead
+	analyze func(ctx context.Context, tables ...string) error
+	// owedStarts counts the live reservations whose workflow start is
+	// still owed (nil: not known to the bench).
+	owedStarts func(ctx context.Context) (int, error)
+	perWindow  int // reservations sharing one window in create (see createInput)
+	runID      string
+	base       int64 // epoch ms of the first window, a day ahead
 	// contention makes a pool with one free 8-GPU node and returns it and
 	// the window to race for; nil when the target cannot (an external
 	// deployment: nodes have no public create method yet).
@@ -218,6 +221,12 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger, progres
 	t := newTarget(user, tenant, demo.PoolID, stack.DatabaseURL(), gpus)
 	t.embedded = true
 	t.analyze = func(ctx context.Context, tables ...string) error { return analyze(ctx, st, tables...) }
+	t.owedStarts = func(ctx context.Context) (int, error) {
+		var n int
+		err := st.Pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE workflow_started_at IS NULL
+			AND state IN ('placed', 'binding', 'active', 'expired', 'releasing')`).Scan(&n)
+		return n, err
+	}
 	op := offeredPools{admin: admin, user: user, st: st, types: types, root: root, tenant: tenant,
 		userID: userWho.Caller.IdentityID, siteID: demo.SiteID, runID: t.runID}
 	t.contention = func(ctx context.Context) (string, int64, error) {
@@ -265,6 +274,35 @@ func addNodes(ctx context.Context, st *store.Store, types nodesdomain.Types, poo
 		}
 	}
 	return analyze(ctx, st, "nodes", "devices", "device_bookings")
+}
+
+// settleLimit bounds how long a scenario's workflow starts may take to
+// finish after its last call.
+const settleLimit = 5 * time.Minute
+
+// settle waits until owed says no workflow start is owed, and answers how
+// long that took (0: none was owed).
+func settle(ctx context.Context, owed func(context.Context) (int, error)) (time.Duration, error) {
+	start := time.Now()
+	for {
+		n, err := owed(ctx)
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("owed workflow starts: %w", err)
+		case n == 0:
+			if time.Since(start) < 100*time.Millisecond {
+				return 0, nil
+			}
+			return time.Since(start), nil
+		case time.Since(start) > settleLimit:
+			return 0, fmt.Errorf("%d workflow starts still owed after %s", n, settleLimit)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // analyze refreshes the planner's statistics of tables the setup has just
