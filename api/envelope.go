@@ -343,7 +343,8 @@ func (s *Server) runList(ctx context.Context, c *Call, h *rpc.Handler) (any, err
 
 // filterItems keeps the items the caller may read, in their order. The
 // page's decisions go out as AuthorizeMany batches of at most 50, a few at
-// once (iam.AuthorizeInBatches); any failure fails the whole list.
+// once (iam.AuthorizeInBatches; through the caching port, only its misses
+// are batched); any failure fails the whole list.
 func (s *Server) filterItems(ctx context.Context, c *Call, items []rpc.Item) ([]any, error) {
 	reqs := make([]iam.Request, len(items))
 	for i, it := range items {

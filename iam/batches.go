@@ -14,12 +14,30 @@ import (
 // every connection to it and every core of the embedded engine.
 const MaxBatchesInFlight = 4
 
+// AnyBatch is a Port whose AuthorizeMany takes any number of requests.
+type AnyBatch interface {
+	TakesAnyBatch() bool
+}
+
 // AuthorizeInBatches decides any number of requests through p in batches
 // of at most MaxBatch, at most MaxBatchesInFlight of them at once, and
 // answers in the order of reqs. The first batch to fail fails the whole
 // call with its error (a NOT_FOUND stays a NOT_FOUND) and cancels the
 // batches still in flight: a caller never gets a partial answer.
+//
+// A port that batches itself (AnyBatch: the caching port, which answers its
+// held allows under one lock and batches only the rest) gets the whole
+// call at once: split here, a warm page would take the cache's lock and a
+// goroutine per batch for nothing (measured on 2 cores: 267 lists of 500
+// a second split four at a time, 307 whole).
 func AuthorizeInBatches(ctx context.Context, p Port, reqs []Request) ([]Decision, error) {
+	if b, ok := p.(AnyBatch); ok && b.TakesAnyBatch() {
+		ds, err := p.AuthorizeMany(ctx, reqs)
+		if err == nil && len(ds) != len(reqs) {
+			return nil, core.Errorf(core.CodeInternal, "IAM answered %d decisions for %d requests", len(ds), len(reqs))
+		}
+		return ds, err
+	}
 	out := make([]Decision, len(reqs))
 	if len(reqs) <= MaxBatch { // one batch: no goroutine to pay for
 		if len(reqs) == 0 {

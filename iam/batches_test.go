@@ -116,3 +116,36 @@ func TestAuthorizeInBatchesEmptyAndSingle(t *testing.T) {
 		t.Fatalf("one batch = %d, %v after %d calls", len(got), err, p.calls)
 	}
 }
+
+// wholePort is a batchPort that takes any number of requests in one call.
+type wholePort struct{ batchPort }
+
+func (p *wholePort) TakesAnyBatch() bool { return true }
+
+func (p *wholePort) AuthorizeMany(ctx context.Context, reqs []Request) ([]Decision, error) {
+	p.mu.Lock()
+	p.calls++
+	p.mu.Unlock()
+	out := make([]Decision, len(reqs))
+	for i, r := range reqs {
+		out[i] = Decision{Allowed: len(r.Resource.ID)%2 == 0, Reason: r.Resource.ID}
+	}
+	return out, nil
+}
+
+func TestAuthorizeInBatchesSendsAPortThatBatchesItselfOneCall(t *testing.T) {
+	p := &wholePort{}
+	reqs := batchReqs(5*MaxBatch + 3)
+	ds, err := AuthorizeInBatches(context.Background(), p, reqs)
+	if err != nil || len(ds) != len(reqs) {
+		t.Fatalf("AuthorizeInBatches = %d decisions, %v", len(ds), err)
+	}
+	for i, d := range ds {
+		if d.Reason != reqs[i].Resource.ID {
+			t.Fatalf("decision %d answers %s, want %s", i, d.Reason, reqs[i].Resource.ID)
+		}
+	}
+	if p.calls != 1 {
+		t.Fatalf("%d calls, want the whole request in one", p.calls)
+	}
+}

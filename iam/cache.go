@@ -305,6 +305,9 @@ func (p *CachingPort) Require(ctx context.Context, req Request) error {
 	return p.inner.Require(ctx, req)
 }
 
+// TakesAnyBatch implements AnyBatch: AuthorizeMany batches what it sends.
+func (p *CachingPort) TakesAnyBatch() bool { return true }
+
 // AuthorizeMany answers the held allows itself, under one lock for the
 // whole call, and sends the rest to the inner port with
 // AuthorizeInBatches (batches of at most MaxBatch, a few at once), keeping
