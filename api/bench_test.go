@@ -52,14 +52,7 @@ func BenchmarkReadOverHTTP(b *testing.B) {
 // BenchmarkReservationGetOverHTTP is the bench tool's get: a placed
 // reservation read with its decision cached, one round trip to the database.
 func BenchmarkReservationGetOverHTTP(b *testing.B) {
-	e := newEnv(b)
-	ctx := context.Background()
-	c := e.client(e.boot.UserToken)
-	p, _ := h100Pool(b, e)
-	r, err := reservations.Create.Call(ctx, c, reserveInput("acme", p.ID, "bench", 1, reservationsT0, 3600))
-	if err != nil {
-		b.Fatal(err)
-	}
+	e, c, r := benchReservation(b)
 	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
 	parallelGets(b, e, c, in)
 }
@@ -69,14 +62,7 @@ func BenchmarkReservationGetOverHTTP(b *testing.B) {
 // body and answers the same reservation, with no middleware, IAM or
 // database, called by the same client.
 func BenchmarkBareGinOverHTTP(b *testing.B) {
-	e := newEnv(b)
-	ctx := context.Background()
-	c := e.client(e.boot.UserToken)
-	p, _ := h100Pool(b, e)
-	r, err := reservations.Create.Call(ctx, c, reserveInput("acme", p.ID, "bench", 1, reservationsT0, 3600))
-	if err != nil {
-		b.Fatal(err)
-	}
+	e, _, r := benchReservation(b)
 	engine := gin.New()
 	engine.POST("/api/compute/:group/:method", func(g *gin.Context) {
 		if _, err := io.ReadAll(g.Request.Body); err != nil {
@@ -90,6 +76,19 @@ func BenchmarkBareGinOverHTTP(b *testing.B) {
 	bare := api.NewClient(hs.URL, e.boot.UserToken)
 	in := reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}
 	parallelGets(b, e, bare, in)
+}
+
+// benchReservation is an environment, its tenant user's client and one
+// placed reservation of that user.
+func benchReservation(b *testing.B) (*env, *api.Client, reservations.Reservation) {
+	e := newEnv(b)
+	c := e.client(e.boot.UserToken)
+	p, _ := h100Pool(b, e)
+	r, err := reservations.Create.Call(context.Background(), c, reserveInput("acme", p.ID, "bench", 1, reservationsT0, 3600))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, c, r
 }
 
 // parallelGets calls reservations.get through c from 4 goroutines per

@@ -180,17 +180,8 @@ func SchemaFor(t reflect.Type) (*Schema, error) {
 		return nil, fmt.Errorf("schema: input type %s is not a struct", t)
 	}
 	r := &jsonschema.Reflector{DoNotReference: true, ExpandedStruct: true, RequiredFromJSONSchemaTags: true, Anonymous: true}
-	s := r.ReflectFromType(t)
-	s.Version = ""
-	if err := applyTags(t, s); err != nil {
-		return nil, err
-	}
-	raw, err := json.Marshal(s)
+	s, doc, err := reflectSchema(r, t)
 	if err != nil {
-		return nil, fmt.Errorf("schema of %s: %w", t, err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("schema of %s: %w", t, err)
 	}
 	if _, ok := doc["properties"]; !ok {
@@ -221,20 +212,30 @@ func OutputSchemaFor(t reflect.Type) (map[string]any, error) {
 			}
 			return nil
 		}}
-	s := r.ReflectFromType(t)
-	s.Version = ""
-	if err := applyTags(t, s); err != nil {
-		return nil, err
-	}
-	raw, err := json.Marshal(s)
+	_, doc, err := reflectSchema(r, t)
 	if err != nil {
 		return nil, fmt.Errorf("output schema of %s: %w", t, err)
 	}
+	return doc, nil
+}
+
+// reflectSchema is t's schema as r reflects it with the project's tags
+// applied, and the same schema as a JSON document.
+func reflectSchema(r *jsonschema.Reflector, t reflect.Type) (*jsonschema.Schema, map[string]any, error) {
+	s := r.ReflectFromType(t)
+	s.Version = ""
+	if err := applyTags(t, s); err != nil {
+		return nil, nil, err
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, nil, err
+	}
 	var doc map[string]any
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("output schema of %s: %w", t, err)
+		return nil, nil, err
 	}
-	return doc, nil
+	return s, doc, nil
 }
 
 // Enumerated is a string type whose values are a closed set: a field of it
