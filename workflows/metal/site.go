@@ -1,0 +1,138 @@
+// Package metal holds the metal lifecycle workflow (one per node, id
+// "<nodeId>/metal") and the contract of its site activities: the names and
+// payloads of the activities `bcd site` serves on the site's task queue
+// (BMC calls and boot services, which must run inside the site's network).
+// The payloads carry no credential: the site agent fetches a node's BMC
+// credentials from the API just before it uses them
+// (protocol.SiteBMCCredentialsPath), so no secret is ever in a workflow
+// history.
+package metal
+
+import (
+	"context"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/worker"
+)
+
+// Names of the site activities as registered. They are persisted in
+// workflow histories, so they never change.
+const (
+	ActivityVerifyBMC   = "MetalVerifyBMC"
+	ActivityPower       = "MetalPower"
+	ActivityInspectOOB  = "MetalInspectOOB"
+	ActivityBootRamdisk = "MetalBootRamdisk"
+	ActivityEndBoot     = "MetalEndBoot"
+	ActivityResetBIOS   = "MetalResetBIOS"
+	ActivityConsoleLog  = "MetalConsoleLog"
+)
+
+// MachineRef names a machine for a site activity: the node and where its
+// BMC answers, without credentials. Bindings map a concern to a driver
+// name (drivers.Driver*); the protocols present are those with an address.
+type MachineRef struct {
+	NodeID         string            `json:"nodeId"`
+	SiteID         string            `json:"siteId"`
+	RedfishAddress string            `json:"redfishAddress,omitempty"`
+	IPMIAddress    string            `json:"ipmiAddress,omitempty"`
+	Bindings       map[string]string `json:"bindings,omitempty"`
+	// BootMAC is the MAC the machine network-boots from ("" until known).
+	BootMAC string `json:"bootMac,omitempty"`
+}
+
+// BMCStatus answers ActivityVerifyBMC: the BMC answers with the stored
+// credentials, and its power state.
+type BMCStatus struct {
+	Driver       string `json:"driver"`
+	Manufacturer string `json:"manufacturer,omitempty"`
+	Model        string `json:"model,omitempty"`
+	Firmware     string `json:"firmware,omitempty"`
+	Power        string `json:"power"`
+}
+
+// PowerRequest is ActivityPower's input: action is on, off, cycle, reset,
+// or "status" to only read.
+type PowerRequest struct {
+	Machine MachineRef `json:"machine"`
+	Action  string     `json:"action"`
+}
+
+// PowerResult is the power state read back after the action.
+type PowerResult struct {
+	Power  string `json:"power"`
+	Driver string `json:"driver"`
+}
+
+// BootRequest is ActivityBootRamdisk's input: boot the machine into the
+// ramdisk for one boot (metal_boots row BootID) with the given purpose
+// (inspect, clean, deploy, rescue). Via is "virtual-media" (the default
+// when the machine's bindings serve it) or "pxe". The site agent fetches
+// the boot's one-time token from the API (protocol.SiteBootTokenPath),
+// serves the ramdisk with it from its boot server, sets the boot device
+// (read back), inserts the media where used, and powers the machine on
+// (or resets it when it is on).
+type BootRequest struct {
+	Machine MachineRef `json:"machine"`
+	BootID  string     `json:"bootId"`
+	Purpose string     `json:"purpose"`
+	Via     string     `json:"via,omitempty"`
+}
+
+// BootResult says how the boot was started.
+type BootResult struct {
+	Via   string `json:"via"`
+	Power string `json:"power"`
+}
+
+// EndBootRequest is ActivityEndBoot's input: eject the media, stop serving
+// the boot's pieces, and power the machine off when PowerOff.
+type EndBootRequest struct {
+	Machine  MachineRef `json:"machine"`
+	BootID   string     `json:"bootId"`
+	PowerOff bool       `json:"powerOff"`
+}
+
+// InspectOOBResult is the out-of-band hardware summary (Redfish's System
+// resource), when a bound driver can read it.
+type InspectOOBResult struct {
+	Supported    bool     `json:"supported"`
+	Manufacturer string   `json:"manufacturer,omitempty"`
+	Model        string   `json:"model,omitempty"`
+	SerialNumber string   `json:"serialNumber,omitempty"`
+	UUID         string   `json:"uuid,omitempty"`
+	MACs         []string `json:"macs,omitempty"`
+}
+
+// ResetBIOSResult says whether a bound driver could reset BIOS settings.
+type ResetBIOSResult struct {
+	Supported bool `json:"supported"`
+}
+
+// ConsoleLogRequest asks for the tail of a machine's serial console.
+type ConsoleLogRequest struct {
+	Machine  MachineRef `json:"machine"`
+	MaxBytes int        `json:"maxBytes"`
+}
+
+// SiteActivities is what `bcd site` implements (agent/site).
+type SiteActivities interface {
+	VerifyBMC(ctx context.Context, m MachineRef) (BMCStatus, error)
+	Power(ctx context.Context, r PowerRequest) (PowerResult, error)
+	InspectOOB(ctx context.Context, m MachineRef) (InspectOOBResult, error)
+	BootRamdisk(ctx context.Context, r BootRequest) (BootResult, error)
+	EndBoot(ctx context.Context, r EndBootRequest) error
+	ResetBIOS(ctx context.Context, m MachineRef) (ResetBIOSResult, error)
+	ConsoleLog(ctx context.Context, r ConsoleLogRequest) ([]byte, error)
+}
+
+// RegisterAgent registers the site activities `bcd site` serves, under
+// their persisted names. It takes no store, so the site agent links none.
+func RegisterAgent(r worker.ActivityRegistry, a SiteActivities) {
+	r.RegisterActivityWithOptions(a.VerifyBMC, activity.RegisterOptions{Name: ActivityVerifyBMC})
+	r.RegisterActivityWithOptions(a.Power, activity.RegisterOptions{Name: ActivityPower})
+	r.RegisterActivityWithOptions(a.InspectOOB, activity.RegisterOptions{Name: ActivityInspectOOB})
+	r.RegisterActivityWithOptions(a.BootRamdisk, activity.RegisterOptions{Name: ActivityBootRamdisk})
+	r.RegisterActivityWithOptions(a.EndBoot, activity.RegisterOptions{Name: ActivityEndBoot})
+	r.RegisterActivityWithOptions(a.ResetBIOS, activity.RegisterOptions{Name: ActivityResetBIOS})
+	r.RegisterActivityWithOptions(a.ConsoleLog, activity.RegisterOptions{Name: ActivityConsoleLog})
+}
