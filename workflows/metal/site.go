@@ -27,6 +27,19 @@ const (
 	ActivityConsoleLog  = "MetalConsoleLog"
 )
 
+// Error types of the site activities' application errors (Temporal
+// ApplicationError.Type), so the workflow tells a BMC's refusal from a
+// transient failure. Auth, unsupported and not-applied are non-retryable;
+// unreachable is retried; lease lost means another agent serves the site.
+const (
+	ErrTypeBMCAuth        = "BMCAuth"
+	ErrTypeBMCUnreachable = "BMCUnreachable"
+	ErrTypeNotApplied     = "BMCNotApplied"
+	ErrTypeUnsupported    = "Unsupported"
+	ErrTypeLeaseLost      = "SiteLeaseLost"
+	ErrTypeNotFound       = "NotFound"
+)
+
 // MachineRef names a machine for a site activity: the node and where its
 // BMC answers, without credentials. Bindings map a concern to a driver
 // name (drivers.Driver*); the protocols present are those with an address.
