@@ -12,6 +12,15 @@ const MetalBulkWorkflowName = "MetalBulkWorkflow"
 // request id, so a retried call finds the same run.
 func BulkWorkflowID(poolID, requestID string) string { return poolID + "/metal-bulk/" + requestID }
 
+// BulkArgs are what the API adds to the op_args of each node a bulk run
+// serves: the run's workflow id. The run starts those nodes' workflows as
+// its concurrency allows, so the reconciler leaves a node whose bulk run is
+// still running alone (it would break the bound) and starts it only once
+// that run is gone.
+type BulkArgs struct {
+	BulkID string `json:"bulkId,omitempty"`
+}
+
 // BulkNode is one node of a bulk run: the operation the API began on it.
 type BulkNode struct {
 	NodeID string `json:"nodeId"`
