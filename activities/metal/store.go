@@ -115,6 +115,9 @@ type Lifecycle struct {
 	IPMIAddress    string            `json:"ipmiAddress,omitempty"`
 	Bindings       map[string]string `json:"bindings,omitempty"`
 	BootMAC        string            `json:"bootMac,omitempty"`
+	// OpenBoot is the node's latest boot not finished yet ("" when none):
+	// a rescue's, which unrescue ends.
+	OpenBoot string `json:"openBoot,omitempty"`
 	// HardwareKey is the node's hardware key ("" until inspected).
 	HardwareKey string `json:"hardwareKey,omitempty"`
 }
@@ -168,6 +171,9 @@ type InFlight struct {
 	MetalParams
 	Operation coremetal.Operation `json:"operation"`
 	Deadline  time.Time           `json:"deadline"`
+	// OpArgs are the operation's op_args (a bulk run's nodes carry
+	// BulkArgs there).
+	OpArgs json.RawMessage `json:"opArgs,omitempty"`
 }
 
 // BootStatus is what a boot's ramdisk reported.
