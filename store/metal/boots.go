@@ -68,18 +68,22 @@ func scanBoot(row pgx.Row) (Boot, error) {
 
 func bootNotFound(id string) error { return core.Errorf(core.CodeNotFound, "boot %s not found", id) }
 
-// CreateBoot records a boot of the node for operation opSeq (fenced) with
-// its purpose, valid for ttl; its token is minted later, once, for the
-// site agent that serves it.
-func CreateBoot(ctx context.Context, tx store.Tx, nodeID string, opSeq int64, purpose string, ttl time.Duration) (Boot, error) {
+// CreateBoot records the boot of the node for operation opSeq (fenced)
+// with its purpose, valid until the operation's deadline, or answers the
+// one it already has (a retried step finds its boot); its token is minted
+// later, once, for the site agent that serves it.
+func CreateBoot(ctx context.Context, tx store.Tx, nodeID string, opSeq int64, purpose string) (Boot, error) {
 	o, err := fence(ctx, tx, nodeID, opSeq)
 	if err != nil {
 		return Boot{}, err
 	}
+	b, err := scanBoot(tx.QueryRow(ctx, bootSelect+` WHERE node_id = $1 AND op_seq = $2 AND purpose = $3`, nodeID, opSeq, purpose))
+	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return b, err
+	}
 	id := core.NewID("boot")
 	if _, err := tx.Exec(ctx, `INSERT INTO metal_boots (id, node_id, tenant_id, site_id, op_seq, purpose, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))`,
-		id, nodeID, o.TenantID, o.SiteID, opSeq, purpose, ttl.Seconds()); err != nil {
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, nodeID, o.TenantID, o.SiteID, opSeq, purpose, o.Deadline); err != nil {
 		return Boot{}, err
 	}
 	return GetBoot(ctx, tx, id)
@@ -143,30 +147,49 @@ func IngestInspection(ctx context.Context, tx store.Tx, t nodes.Types, bootID st
 		if err != nil {
 			return nodes.IngestResult{}, err
 		}
-		return nodes.IngestResult{}, core.Errorf(core.CodeConflict, "the machine's hardware key is node %s's", other).
-			WithDetails(map[string]any{"reason": coremetal.ReasonHardwareConflict, "nodeId": other})
+		return nodes.IngestResult{}, HardwareKeyConflict(other)
 	}
 	res, err := nodes.Ingest(ctx, tx, t, b.NodeID, b.Inventory)
 	if err != nil {
+		return nodes.IngestResult{}, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE node_metal SET inspected_at = now(), updated_at = now() WHERE node_id = $1`, b.NodeID); err != nil {
 		return nodes.IngestResult{}, err
 	}
 	return res, nodes.AddEvent(ctx, tx, b.NodeID, EventInspected, "inventory ingested from boot "+bootID,
 		map[string]any{"bootId": bootID, "opSeq": opSeq, "hardwareKey": res.HardwareKey.Key})
 }
 
+// HardwareKeyConflict is the CONFLICT of a machine whose hardware key is
+// node other's.
+func HardwareKeyConflict(other string) error {
+	return core.Errorf(core.CodeConflict, "the machine's hardware key is node %s's", other).
+		WithDetails(map[string]any{"reason": coremetal.ReasonHardwareConflict, "nodeId": other})
+}
+
+// ConflictingNode is the node a HardwareKeyConflict names ("" for any other
+// error).
+func ConflictingNode(err error) string {
+	var e *core.Error
+	if errors.As(err, &e) && e.Code == core.CodeConflict && e.Details["reason"] == coremetal.ReasonHardwareConflict {
+		id, _ := e.Details["nodeId"].(string)
+		return id
+	}
+	return ""
+}
+
 // RejoinMatches reports whether the hardware key the boot's ramdisk
 // reported is the node's (a deploy re-join is the same machine); a
 // mismatch is the workflow's failure hardwareKeyMismatch.
-func RejoinMatches(ctx context.Context, tx store.Tx, bootID string) (bool, error) {
+func RejoinMatches(ctx context.Context, tx store.Tx, bootID string) (match bool, want, got string, err error) {
 	b, err := GetBoot(ctx, tx, bootID)
 	if err != nil {
-		return false, err
+		return false, "", "", err
 	}
-	var key string
-	if err := tx.QueryRow(ctx, `SELECT hardware_key FROM nodes WHERE id = $1`, b.NodeID).Scan(&key); err != nil {
-		return false, err
+	if err := tx.QueryRow(ctx, `SELECT hardware_key FROM nodes WHERE id = $1`, b.NodeID).Scan(&want); err != nil {
+		return false, "", "", err
 	}
-	return b.ReportedAt != nil && key != "" && key == b.HardwareKey, nil
+	return b.ReportedAt != nil && want != "" && want == b.HardwareKey, want, b.HardwareKey, nil
 }
 
 // HashToken is a metal token's stored form, its SHA-256.

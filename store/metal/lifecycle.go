@@ -282,6 +282,9 @@ type Finish struct {
 	Managed, Inspected bool
 	Power              nodestate.Power
 	Message            string
+	// State, when set, is where the workflow ends it; else the target
+	// fixed when it began.
+	State nodestate.ProvisionState
 }
 
 // FinishOperation ends operation opSeq (fenced) in its target state,
@@ -293,7 +296,7 @@ func FinishOperation(ctx context.Context, tx store.Tx, t nodes.Types, f Finish) 
 		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE node_metal SET operation = '', step = '', deadline_at = NULL, abort_requested_at = NULL,
-			managed_at = CASE WHEN $2 THEN now() ELSE managed_at END,
+			last_error = NULL, managed_at = CASE WHEN $2 THEN now() ELSE managed_at END,
 			inspected_at = CASE WHEN $3 THEN now() ELSE inspected_at END, updated_at = now()
 		WHERE node_id = $1`, f.NodeID, f.Managed, f.Inspected); err != nil {
 		return err
@@ -316,7 +319,11 @@ func FinishOperation(ctx context.Context, tx store.Tx, t nodes.Types, f Finish) 
 	if err := nodes.AddEvent(ctx, tx, f.NodeID, EventOperationFinished, msg, details); err != nil {
 		return err
 	}
-	return transition(ctx, tx, t, f.NodeID, o.Target, msg, details)
+	to := o.Target
+	if f.State != "" {
+		to = f.State
+	}
+	return transition(ctx, tx, t, f.NodeID, to, msg, details)
 }
 
 // Failure is what an operation's failure records.
@@ -379,10 +386,11 @@ type Pending struct {
 	Operation coremetal.Operation
 	Deadline  time.Time
 	Started   bool
+	Args      json.RawMessage
 }
 
 func listPending(ctx context.Context, tx store.Tx, where string, limit int, args ...any) ([]Pending, error) {
-	rows, err := tx.Query(ctx, `SELECT tenant_id, node_id, op_seq, step, operation, deadline_at, workflow_started_at IS NOT NULL
+	rows, err := tx.Query(ctx, `SELECT tenant_id, node_id, op_seq, step, operation, deadline_at, workflow_started_at IS NOT NULL, op_args
 		FROM node_metal WHERE operation <> '' AND `+where, append([]any{limit}, args...)...)
 	if err != nil {
 		return nil, err
@@ -390,7 +398,7 @@ func listPending(ctx context.Context, tx store.Tx, where string, limit int, args
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Pending, error) {
 		var p Pending
 		var op string
-		err := r.Scan(&p.TenantID, &p.NodeID, &p.OpSeq, &p.Step, &op, &p.Deadline, &p.Started)
+		err := r.Scan(&p.TenantID, &p.NodeID, &p.OpSeq, &p.Step, &op, &p.Deadline, &p.Started, &p.Args)
 		p.Operation = coremetal.Operation(op)
 		return p, err
 	})
@@ -414,4 +422,49 @@ func PastDeadline(ctx context.Context, tx store.Tx, limit int) ([]Pending, error
 // reconciler checks each has a running workflow).
 func InFlight(ctx context.Context, tx store.Tx, limit int) ([]Pending, error) {
 	return listPending(ctx, tx, `true ORDER BY deadline_at LIMIT $1`, limit)
+}
+
+// LoadNode reads the tenant's enrolled node's lifecycle as it stands (not
+// fenced: the workflow reads it to learn what to run). Another tenant's
+// node is NOT_FOUND.
+func LoadNode(ctx context.Context, tx store.Tx, tenantID, nodeID string) (Operation, Node, error) {
+	m, err := Get(ctx, tx, tenantID, nodeID, false)
+	if err != nil {
+		return Operation{}, Node{}, err
+	}
+	o, err := LoadOperation(ctx, tx, nodeID, m.Lifecycle.OpSeq)
+	if IsSuperseded(err) {
+		// No operation in flight: the row as it stands.
+		err = nil
+		o = Operation{TenantID: m.Node.TenantID, NodeID: nodeID, PoolID: m.Node.PoolID, SiteID: m.Node.SiteID,
+			OpSeq: m.Lifecycle.OpSeq, State: nodestate.ProvisionState(m.Node.ProvisionState),
+			Managed: m.Lifecycle.Managed, Inspected: m.Lifecycle.Inspected, Power: nodestate.Power(m.Node.Power),
+			HardwareKey: m.Node.HardwareKey, Args: m.Lifecycle.args}
+		o.Machine = MachineRef{NodeID: nodeID, SiteID: m.Node.SiteID, Bindings: m.Node.DriverBindings, BootMAC: m.BMC.BootMAC}
+		if m.BMC.Redfish != nil {
+			o.Machine.RedfishAddress = m.BMC.Redfish.Address
+		}
+		if m.BMC.IPMI != nil {
+			o.Machine.IPMIAddress = m.BMC.IPMI.Address
+		}
+	}
+	return o, m, err
+}
+
+// OpenBoot is the node's newest boot not finished ("" when none).
+func OpenBoot(ctx context.Context, tx store.Tx, nodeID string) (string, error) {
+	var id string
+	err := tx.QueryRow(ctx, `SELECT id FROM metal_boots WHERE node_id = $1 AND finished_at IS NULL
+		ORDER BY created_at DESC LIMIT 1`, nodeID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+// InFlightStarted lists operations in flight whose workflow was started
+// more than grace ago, by node id after afterNodeID.
+func InFlightStarted(ctx context.Context, tx store.Tx, afterNodeID string, grace time.Duration, limit int) ([]Pending, error) {
+	return listPending(ctx, tx, `workflow_started_at < now() - make_interval(secs => $2) AND node_id > $3
+		ORDER BY node_id LIMIT $1`, limit, grace.Seconds(), afterNodeID)
 }
