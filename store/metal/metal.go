@@ -191,6 +191,9 @@ func CheckEndpoints(b BMC) error {
 		if r.Username == "" {
 			return badField("bmc.redfish.username", "required", "bmc.redfish.username is required")
 		}
+		if r.PasswordSecret == "" {
+			return badField("bmc.redfish.passwordSecret", "required", "bmc.redfish.passwordSecret is required")
+		}
 		if r.CAPEM != "" && !strings.Contains(r.CAPEM, "-----BEGIN CERTIFICATE-----") {
 			return badField("bmc.redfish.caPem", "pattern", "bmc.redfish.caPem must be PEM certificates")
 		}
@@ -208,6 +211,9 @@ func CheckEndpoints(b BMC) error {
 		}
 		if i.Username == "" {
 			return badField("bmc.ipmi.username", "required", "bmc.ipmi.username is required")
+		}
+		if i.PasswordSecret == "" {
+			return badField("bmc.ipmi.passwordSecret", "required", "bmc.ipmi.passwordSecret is required")
 		}
 	}
 	return nil
