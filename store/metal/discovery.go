@@ -149,7 +149,13 @@ func ConfirmMAC(ctx context.Context, tx store.Tx, t nodes.Types, tenantID, nodeI
 	if err != nil {
 		return Node{}, err
 	}
-	if n.Lifecycle.Inspected && !slices.Contains(macs, mac) {
+	known := make([]string, 0, len(macs))
+	for _, m := range macs {
+		if v, err := NormalizeMAC("mac", m); err == nil {
+			known = append(known, v)
+		}
+	}
+	if n.Lifecycle.Inspected && !slices.Contains(known, mac) {
 		return Node{}, badField("mac", "notInInventory", "mac is none of the node's inspected NICs")
 	}
 	if _, err := tx.Exec(ctx, `UPDATE node_bmcs SET boot_mac = $2, boot_mac_confirmed_at = now(), updated_at = now()
