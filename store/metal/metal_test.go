@@ -441,7 +441,9 @@ func TestBootTokensAreMintedOnceForTheirSiteOnly(t *testing.T) {
 		t.Fatalf("report: %+v %v", got, err)
 	}
 	steps := []protocol.RamdiskStep{{Name: protocol.StepWipeDisks}, {Name: protocol.StepPowerOff}}
-	if err := f.tx(func(ctx context.Context, tx store.Tx) error { return metal.SetBootSteps(ctx, tx, b.ID, in.Lifecycle.OpSeq, steps) }); err != nil {
+	if err := f.tx(func(ctx context.Context, tx store.Tx) error {
+		return metal.SetBootSteps(ctx, tx, b.ID, in.Lifecycle.OpSeq, steps)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ = report(tok.Token); len(got.Pending()) != 2 || got.Pending()[0].Name != protocol.StepWipeDisks {
