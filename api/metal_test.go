@@ -369,12 +369,12 @@ func TestMetalBulkAnswersPerNode(t *testing.T) {
 		accepted bool
 		code     string
 	}{{true, ""}, {false, "INVALID_STATE"}, {false, "NOT_FOUND"}, {false, "NOT_FOUND"}}
-	if len(res.Items) != 4 || res.BulkID == "" {
+	if len(res.Results) != 4 || res.BulkID == "" {
 		t.Fatalf("bulk: %+v", res)
 	}
 	for i, w := range want {
-		if res.Items[i].Accepted != w.accepted || res.Items[i].Code != w.code {
-			t.Errorf("item %d: %+v, want %+v", i, res.Items[i], w)
+		if res.Results[i].Accepted != w.accepted || res.Results[i].Code != w.code {
+			t.Errorf("item %d: %+v, want %+v", i, res.Results[i], w)
 		}
 	}
 	// The accepted node names its bulk run in its arguments.

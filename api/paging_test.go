@@ -270,6 +270,14 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"metal.discovered": {input: map[string]any{"tenantId": "acme", "siteId": site.ID}, insert: func(first, n int) []string {
+			ids := pagingIDs("mdisc", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO metal_discovered (id, site_id, tenant_id, boot_mac, inventory)
+				SELECT id, $2, 'acme', id, $3 FROM unnest($1::text[]) id`, ids, site.ID, string(fixture(t, "cpu-only.json"))); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"usage.list": {input: map[string]any{"tenantId": "acme", "from": usageMs(0), "to": usageMs(12), "groupBy": "reservation"},
 			itemKey: func(item map[string]any) string { return fmt.Sprint(item["reservationId"]) },
 			insert: func(first, n int) []string {

@@ -130,10 +130,11 @@ type BulkItem struct {
 }
 
 // BulkResult is metal.bulk's answer: per node, in the input's order, and
-// the bulk run's workflow id ("" when no node was accepted).
+// the bulk run's workflow id ("" when no node was accepted). It is not a
+// list (it does not page), so its items are "results".
 type BulkResult struct {
-	BulkID string     `json:"bulkId,omitempty"`
-	Items  []BulkItem `json:"items"`
+	BulkID  string     `json:"bulkId,omitempty"`
+	Results []BulkItem `json:"results"`
 }
 
 // DiscoveredInput is metal.discovered's input: a page of the site's
@@ -506,7 +507,7 @@ func (m methods) bulk(ctx context.Context, c *rpc.Call, in BulkInput) (BulkResul
 		items[i].Accepted, items[i].OpSeq = true, n.Lifecycle.OpSeq
 		begun = append(begun, metalact.BulkNode{NodeID: n.Node.ID, OpSeq: n.Lifecycle.OpSeq})
 	}
-	out := BulkResult{Items: items}
+	out := BulkResult{Results: items}
 	if len(begun) == 0 {
 		return out, nil
 	}
