@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -274,7 +275,7 @@ func classify(err error, siteID string) *stepError {
 		return &stepError{code: string(core.CodeInternal), reason: coremetal.ReasonStepFailed, message: app.Message()}
 	}
 	var timeout *temporal.TimeoutError
-	if errors.As(err, &timeout) && timeout.TimeoutType().String() == "ScheduleToStart" {
+	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
 		return &stepError{code: string(core.CodeUnavailable), reason: coremetal.ReasonStepFailed,
 			message: fmt.Sprintf("no agent of site %s took the step within %s", siteID, SiteScheduleToStart)}
 	}
