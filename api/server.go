@@ -69,6 +69,9 @@ type Deps struct {
 	// ReservationStarts, when set, starts admitted reservations' workflows
 	// off the request path (rpc.Deps).
 	ReservationStarts rpc.WorkflowStarter
+	// Secrets and Metal are the metal domain's (rpc.Deps).
+	Secrets rpc.SecretChecker
+	Metal   rpc.MetalConfig
 }
 
 // RouteMounter puts routes on the API's router.
@@ -126,7 +129,8 @@ func New(deps Deps) (*Server, error) {
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
-		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts}
+		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts,
+		IAM: deps.IAM, Secrets: deps.Secrets, Metal: deps.Metal}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

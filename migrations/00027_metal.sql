@@ -48,6 +48,9 @@ CREATE TABLE node_metal (
     op_args             jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(op_args) = 'object'),
     step                text NOT NULL DEFAULT '',
     origin_state        text NOT NULL DEFAULT '',
+    -- Where the operation ends on success (core/metal's Target, or for
+    -- recover the failed operation's RecoveryFrom), fixed when it begins.
+    target_state        text NOT NULL DEFAULT '',
     requested_by        text NOT NULL DEFAULT '',
     op_started_at       timestamptz,
     deadline_at         timestamptz,
@@ -89,10 +92,16 @@ CREATE INDEX metal_boots_node ON metal_boots (node_id, created_at DESC);
 
 -- A site's discovery token (its SHA-256), which the discovery ramdisk of
 -- machines nobody enrolled reports with.
+-- Each request of the site agent rotates it: the new token's hash
+-- replaces token_hash, and the one it replaced stays valid for a grace
+-- period (previous_hash until rotated_at + grace), so ramdisks already
+-- booted with it still report while the agent serves the new one.
 CREATE TABLE site_discovery_tokens (
-    site_id    text PRIMARY KEY REFERENCES sites (id),
-    token_hash bytea NOT NULL UNIQUE,
-    created_at timestamptz NOT NULL DEFAULT now()
+    site_id       text PRIMARY KEY REFERENCES sites (id),
+    token_hash    bytea NOT NULL UNIQUE,
+    previous_hash bytea,
+    rotated_at    timestamptz NOT NULL DEFAULT now(),
+    created_at    timestamptz NOT NULL DEFAULT now()
 );
 
 -- Machines that booted a site's discovery ramdisk. tenant_id is the

@@ -33,3 +33,43 @@ func StartLifecycle(ctx context.Context, c client.Client, taskQueue string, p Me
 	}
 	return err
 }
+
+// AbortLifecycle sends the running lifecycle workflow its abort update and
+// waits for its answer (the node failed, reason aborted). lost reports
+// that no workflow runs for the node (never started, or gone): the caller
+// then fails the node itself.
+func AbortLifecycle(ctx context.Context, c client.Client, nodeID, by string) (lost bool, err error) {
+	h, err := c.UpdateWorkflow(visibility.WithCaller(ctx, by), client.UpdateWorkflowOptions{
+		WorkflowID:   MetalWorkflowID(nodeID),
+		UpdateName:   UpdateAbort,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return false, h.Get(ctx, nil)
+}
+
+// StartBulk starts a bulk run (MetalBulkWorkflow, id BulkWorkflowID) of
+// the operations the API began on p.Nodes; a run of the same id already
+// running is kept.
+func StartBulk(ctx context.Context, c client.Client, taskQueue, requestID string, p BulkParams) error {
+	fields := visibility.Fields{TenantID: p.TenantID, PoolID: p.PoolID}
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       BulkWorkflowID(p.PoolID, requestID),
+		TaskQueue:                taskQueue,
+		TypedSearchAttributes:    fields.SearchAttributes(),
+		Memo:                     fields.Memo("metalBulk"),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, MetalBulkWorkflowName, p)
+	var running *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &running) {
+		return nil
+	}
+	return err
+}

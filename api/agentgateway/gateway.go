@@ -80,6 +80,9 @@ type Deps struct {
 	// signal; without it the reservation reconciler finds the change.
 	Temporal client.Client
 	Logger   *slog.Logger
+	// Secrets resolves BMC password references for the site agents'
+	// credential endpoint; without it that endpoint answers UNAVAILABLE.
+	Secrets SecretResolver
 	// Metrics, when set, gets the gateway's series (bc_agent_sessions,
 	// bc_agent_heartbeat_seconds).
 	Metrics prometheus.Registerer
@@ -151,8 +154,10 @@ func New(d Deps) (*Gateway, error) {
 }
 
 // Mount puts the gateway's routes of the API listener on r: the node's
-// join and join status, the site agent's register and renew.
+// join and join status, the site agent's register and renew, and the
+// bare-metal site and ramdisk endpoints.
 func (g *Gateway) Mount(r gin.IRoutes) {
+	g.MountMetal(r)
 	r.POST(protocol.JoinPath, g.handleJoin)
 	r.POST(protocol.JoinStatusPath, g.handleJoinStatus)
 	r.POST(protocol.SiteRegisterPath, agentJSON(g.SiteRegister))

@@ -79,6 +79,30 @@ type Deps struct {
 	// workflows are owed and starts them off the request path; without it
 	// the create call starts the workflow itself before it answers.
 	ReservationStarts WorkflowStarter
+	// IAM decides what a handler decides itself, per item (metal.bulk's
+	// "then each node"); nil answers those items UNAVAILABLE.
+	IAM iam.Port
+	// Secrets checks, before a method stores a secret reference, that it
+	// names a secret the tenant may use; nil makes such methods UNAVAILABLE.
+	Secrets SecretChecker
+	// Metal tunes the metal domain (tests shorten its deadlines).
+	Metal MetalConfig
+}
+
+// SecretChecker reports whether ref names a secret of tenantID or of the
+// fleet (store/secrets.Vault).
+type SecretChecker interface {
+	Exists(ctx context.Context, tx store.Tx, tenantID, ref string) (bool, error)
+}
+
+// MetalConfig tunes the metal domain's methods.
+type MetalConfig struct {
+	// Deadlines override core/metal.DefaultDeadlines per in-flight
+	// provision state (the key "" overrides the power deadline).
+	Deadlines map[string]time.Duration
+	// PowerWait bounds how long metal.power waits for the read-back (0:
+	// 60 s); past it the call answers the operation in flight.
+	PowerWait time.Duration
 }
 
 // WorkflowStarter starts, off the request path, the workflow a committed
