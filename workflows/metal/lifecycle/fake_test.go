@@ -1,4 +1,4 @@
-package metal
+package lifecycle
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/workflows/metal"
 )
 
 // fakeStore is an in-memory activities.Store with store/metal's rules
@@ -371,15 +372,15 @@ func (f *fakeSite) setPower(node, p string) {
 	f.power[node] = p
 }
 
-func (f *fakeSite) VerifyBMC(_ context.Context, m MachineRef) (BMCStatus, error) {
+func (f *fakeSite) VerifyBMC(_ context.Context, m metal.MachineRef) (metal.BMCStatus, error) {
 	f.record("VerifyBMC")
 	if f.verifyErr != nil {
-		return BMCStatus{}, f.verifyErr
+		return metal.BMCStatus{}, f.verifyErr
 	}
-	return BMCStatus{Driver: "redfish/v1", Power: f.powerOf(m.NodeID)}, nil
+	return metal.BMCStatus{Driver: "redfish/v1", Power: f.powerOf(m.NodeID)}, nil
 }
 
-func (f *fakeSite) Power(_ context.Context, r PowerRequest) (PowerResult, error) {
+func (f *fakeSite) Power(_ context.Context, r metal.PowerRequest) (metal.PowerResult, error) {
 	f.record("Power " + r.Action)
 	switch r.Action {
 	case "on", "cycle", "reset":
@@ -388,17 +389,17 @@ func (f *fakeSite) Power(_ context.Context, r PowerRequest) (PowerResult, error)
 		f.setPower(r.Machine.NodeID, "off")
 	case "status":
 	default:
-		return PowerResult{}, temporal.NewNonRetryableApplicationError("unknown action "+r.Action, "INVALID_INPUT", nil)
+		return metal.PowerResult{}, temporal.NewNonRetryableApplicationError("unknown action "+r.Action, "INVALID_INPUT", nil)
 	}
-	return PowerResult{Power: f.powerOf(r.Machine.NodeID), Driver: "redfish/v1"}, nil
+	return metal.PowerResult{Power: f.powerOf(r.Machine.NodeID), Driver: "redfish/v1"}, nil
 }
 
-func (f *fakeSite) InspectOOB(context.Context, MachineRef) (InspectOOBResult, error) {
+func (f *fakeSite) InspectOOB(context.Context, metal.MachineRef) (metal.InspectOOBResult, error) {
 	f.record("InspectOOB")
-	return InspectOOBResult{Supported: true, Manufacturer: "QEMU"}, nil
+	return metal.InspectOOBResult{Supported: true, Manufacturer: "QEMU"}, nil
 }
 
-func (f *fakeSite) BootRamdisk(_ context.Context, r BootRequest) (BootResult, error) {
+func (f *fakeSite) BootRamdisk(_ context.Context, r metal.BootRequest) (metal.BootResult, error) {
 	f.record("BootRamdisk " + r.Purpose)
 	f.setPower(r.Machine.NodeID, "on")
 	f.store.mu.Lock()
@@ -415,10 +416,10 @@ func (f *fakeSite) BootRamdisk(_ context.Context, r BootRequest) (BootResult, er
 		}
 	}
 	f.store.mu.Unlock()
-	return BootResult{Via: "virtual-media", Power: "on"}, nil
+	return metal.BootResult{Via: "virtual-media", Power: "on"}, nil
 }
 
-func (f *fakeSite) EndBoot(_ context.Context, r EndBootRequest) error {
+func (f *fakeSite) EndBoot(_ context.Context, r metal.EndBootRequest) error {
 	if r.PowerOff {
 		f.record("EndBoot off")
 		f.setPower(r.Machine.NodeID, "off")
@@ -428,11 +429,11 @@ func (f *fakeSite) EndBoot(_ context.Context, r EndBootRequest) error {
 	return nil
 }
 
-func (f *fakeSite) ResetBIOS(context.Context, MachineRef) (ResetBIOSResult, error) {
+func (f *fakeSite) ResetBIOS(context.Context, metal.MachineRef) (metal.ResetBIOSResult, error) {
 	f.record("ResetBIOS")
-	return ResetBIOSResult{Supported: false}, nil
+	return metal.ResetBIOSResult{Supported: false}, nil
 }
 
-func (f *fakeSite) ConsoleLog(context.Context, ConsoleLogRequest) ([]byte, error) {
+func (f *fakeSite) ConsoleLog(context.Context, metal.ConsoleLogRequest) ([]byte, error) {
 	return []byte("console"), nil
 }

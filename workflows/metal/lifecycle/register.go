@@ -1,4 +1,4 @@
-package metal
+package lifecycle
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 // Register registers the lifecycle, bulk and reconciler workflows and the
 // control-plane activities, a, under their persisted names. The site
-// activities are `bcd site`'s (RegisterAgent).
+// activities are `bcd site`'s (metal.RegisterAgent).
 func Register(r worker.Registry, a *activities.Metal) {
 	r.RegisterWorkflowWithOptions(MetalLifecycleWorkflow, workflow.RegisterOptions{Name: activities.MetalWorkflowName})
 	r.RegisterWorkflowWithOptions(MetalBulkWorkflow, workflow.RegisterOptions{Name: activities.MetalBulkWorkflowName})

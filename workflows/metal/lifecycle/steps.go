@@ -1,4 +1,4 @@
-package metal
+package lifecycle
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/workflows/metal"
 )
 
 // purposeOf is the ramdisk boot purpose of an operation's boot step.
@@ -70,8 +71,8 @@ func (l *lifecycle) do(ctx workflow.Context, step string) error {
 	m := l.machine()
 	switch step {
 	case coremetal.StepVerifyBMC:
-		var st BMCStatus
-		if err := workflow.ExecuteActivity(sctx, ActivityVerifyBMC, m).Get(sctx, &st); err != nil {
+		var st metal.BMCStatus
+		if err := workflow.ExecuteActivity(sctx, metal.ActivityVerifyBMC, m).Get(sctx, &st); err != nil {
 			return err
 		}
 		l.power = st.Power
@@ -95,8 +96,8 @@ func (l *lifecycle) do(ctx workflow.Context, step string) error {
 		}
 		return l.setPower(ctx, l.power)
 	case coremetal.StepInspectOOB:
-		var oob InspectOOBResult
-		if err := workflow.ExecuteActivity(sctx, ActivityInspectOOB, m).Get(sctx, &oob); err != nil {
+		var oob metal.InspectOOBResult
+		if err := workflow.ExecuteActivity(sctx, metal.ActivityInspectOOB, m).Get(sctx, &oob); err != nil {
 			return err
 		}
 		if oob.Supported {
@@ -105,14 +106,14 @@ func (l *lifecycle) do(ctx workflow.Context, step string) error {
 		}
 		return nil
 	case coremetal.StepResetBIOS:
-		return workflow.ExecuteActivity(sctx, ActivityResetBIOS, m).Get(sctx, nil)
+		return workflow.ExecuteActivity(sctx, metal.ActivityResetBIOS, m).Get(sctx, nil)
 	case coremetal.StepBootRamdisk:
 		if err := l.newBoot(ctx); err != nil {
 			return err
 		}
-		var br BootResult
-		if err := workflow.ExecuteActivity(sctx, ActivityBootRamdisk,
-			BootRequest{Machine: m, BootID: l.bootID, Purpose: purposeOf(l.lc.Operation)}).Get(sctx, &br); err != nil {
+		var br metal.BootResult
+		if err := workflow.ExecuteActivity(sctx, metal.ActivityBootRamdisk,
+			metal.BootRequest{Machine: m, BootID: l.bootID, Purpose: purposeOf(l.lc.Operation)}).Get(sctx, &br); err != nil {
 			return err
 		}
 		l.power = br.Power
@@ -165,8 +166,8 @@ func (l *lifecycle) newBoot(ctx workflow.Context) error {
 // powerAction runs a power action on the site, read back.
 func (l *lifecycle) powerAction(ctx workflow.Context, action string) error {
 	sctx := l.site(ctx)
-	var pr PowerResult
-	if err := workflow.ExecuteActivity(sctx, ActivityPower, PowerRequest{Machine: l.machine(), Action: action}).Get(sctx, &pr); err != nil {
+	var pr metal.PowerResult
+	if err := workflow.ExecuteActivity(sctx, metal.ActivityPower, metal.PowerRequest{Machine: l.machine(), Action: action}).Get(sctx, &pr); err != nil {
 		return err
 	}
 	l.power = pr.Power
@@ -177,8 +178,8 @@ func (l *lifecycle) powerAction(ctx workflow.Context, action string) error {
 // asked) and closes its row; with no boot it ejects whatever is inserted.
 func (l *lifecycle) endBoot(ctx workflow.Context, powerOff bool) error {
 	sctx := l.site(ctx)
-	if err := workflow.ExecuteActivity(sctx, ActivityEndBoot,
-		EndBootRequest{Machine: l.machine(), BootID: l.bootID, PowerOff: powerOff}).Get(sctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(sctx, metal.ActivityEndBoot,
+		metal.EndBootRequest{Machine: l.machine(), BootID: l.bootID, PowerOff: powerOff}).Get(sctx, nil); err != nil {
 		return err
 	}
 	if powerOff {

@@ -1,4 +1,4 @@
-package metal
+package lifecycle
 
 import (
 	"slices"
@@ -9,10 +9,12 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	activities "github.com/better-compute/better-compute/activities/metal"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/workflows/metal"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -37,9 +39,11 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) env() *testsuite.TestWorkflowEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
+	// The machine is shared: a slow workflow task is not a deadlock.
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
 	env.SetStartTime(t0)
 	Register(env, &activities.Metal{Store: h.store})
-	RegisterAgent(env, h.site)
+	metal.RegisterAgent(env, h.site)
 	return env
 }
 
@@ -235,7 +239,7 @@ func TestDeadlineFailsTheNodeWithTheStep(t *testing.T) {
 // driver's message, without retrying.
 func TestBMCAuthErrorFailsWithTheReason(t *testing.T) {
 	h := newHarness(t)
-	h.site.verifyErr = temporal.NewNonRetryableApplicationError("redfish: 401 Unauthorized for user admin", ErrTypeBMCAuth, nil)
+	h.site.verifyErr = temporal.NewNonRetryableApplicationError("redfish: 401 Unauthorized for user admin", metal.ErrTypeBMCAuth, nil)
 	res := h.run(coremetal.Manage, "", nil)
 	if res.Outcome != activities.OutcomeFailed || res.Reason != coremetal.ReasonBMC || !strings.Contains(res.Message, "401 Unauthorized") {
 		t.Fatalf("result %+v", res)

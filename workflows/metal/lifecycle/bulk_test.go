@@ -1,13 +1,15 @@
-package metal
+package lifecycle
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	activities "github.com/better-compute/better-compute/activities/metal"
 )
@@ -57,6 +59,8 @@ func TestBulkRespectsTheConcurrencyBound(t *testing.T) {
 	g := newGate(nodes, limit)
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
+	// The machine is shared: a slow workflow task is not a deadlock.
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
 	Register(env, &activities.Metal{Store: newFakeStore()})
 	env.OnActivity(activities.ActivityStartNode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, p activities.MetalParams) error {

@@ -1,4 +1,4 @@
-package metal
+package lifecycle
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/better-compute/better-compute/core/nodes"
 	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testutil"
+	"github.com/better-compute/better-compute/workflows/metal"
 	"github.com/better-compute/better-compute/workflows/sites"
 )
 
@@ -49,10 +50,10 @@ func startWorld(t *testing.T, ctx context.Context) *world {
 	w := &world{t: t, c: c, store: newFakeStore()}
 	w.site = newFakeSite(w.store)
 	w.a = &activities.Metal{Store: w.store, Temporal: c, TaskQueue: controlPlaneQueue, OwedGrace: time.Nanosecond}
-	cp := worker.New(c, controlPlaneQueue, worker.Options{})
+	cp := worker.New(c, controlPlaneQueue, worker.Options{DeadlockDetectionTimeout: time.Minute})
 	Register(cp, w.a)
-	sw := worker.New(c, sites.SiteTaskQueue("site_1"), worker.Options{})
-	RegisterAgent(sw, w.site)
+	sw := worker.New(c, sites.SiteTaskQueue("site_1"), worker.Options{DeadlockDetectionTimeout: time.Minute})
+	metal.RegisterAgent(sw, w.site)
 	for _, wk := range []worker.Worker{cp, sw} {
 		if err := wk.Start(); err != nil {
 			t.Fatal(err)

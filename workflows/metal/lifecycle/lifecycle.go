@@ -1,4 +1,9 @@
-package metal
+// Package lifecycle holds the bare-metal workflows: MetalLifecycleWorkflow
+// (one per node, id "<nodeId>/metal", running one operation of core/metal's
+// table), MetalBulkWorkflow and the reconciler, with their Register. The
+// site activities they call are workflows/metal's contract, which `bcd
+// site` links without this package, so the agent links no activities.
+package lifecycle
 
 import (
 	"errors"
@@ -14,6 +19,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/workflows/metal"
 	"github.com/better-compute/better-compute/workflows/sites"
 )
 
@@ -40,13 +46,13 @@ const (
 
 // nonRetryable are the site errors no retry can fix: the workflow fails
 // the node with the driver's message instead.
-var nonRetryable = []string{ErrTypeBMCAuth, ErrTypeNotApplied, ErrTypeUnsupported, ErrTypeNotFound,
+var nonRetryable = []string{metal.ErrTypeBMCAuth, metal.ErrTypeNotApplied, metal.ErrTypeUnsupported, metal.ErrTypeNotFound,
 	string(core.CodeInvalidInput), activities.ErrTypeStale}
 
 // bmcErrors are the application error types that fail a node with reason
 // bmc.
-var bmcErrors = map[string]bool{ErrTypeBMCAuth: true, ErrTypeBMCUnreachable: true, ErrTypeNotApplied: true,
-	ErrTypeUnsupported: true, ErrTypeLeaseLost: true}
+var bmcErrors = map[string]bool{metal.ErrTypeBMCAuth: true, metal.ErrTypeBMCUnreachable: true, metal.ErrTypeNotApplied: true,
+	metal.ErrTypeUnsupported: true, metal.ErrTypeLeaseLost: true}
 
 // lifecycle is one run of MetalLifecycleWorkflow: what it knows of the
 // node and how far it got.
@@ -173,8 +179,8 @@ func (l *lifecycle) site(ctx workflow.Context) workflow.Context {
 	})
 }
 
-func (l *lifecycle) machine() MachineRef {
-	return MachineRef{NodeID: l.lc.NodeID, SiteID: l.lc.SiteID, RedfishAddress: l.lc.RedfishAddress,
+func (l *lifecycle) machine() metal.MachineRef {
+	return metal.MachineRef{NodeID: l.lc.NodeID, SiteID: l.lc.SiteID, RedfishAddress: l.lc.RedfishAddress,
 		IPMIAddress: l.lc.IPMIAddress, Bindings: l.lc.Bindings, BootMAC: l.lc.BootMAC}
 }
 
@@ -317,14 +323,14 @@ func (l *lifecycle) cleanup(ctx workflow.Context) {
 	}
 	var err error
 	if boot != "" {
-		err = workflow.ExecuteActivity(sctx, ActivityEndBoot, EndBootRequest{Machine: l.machine(), BootID: boot, PowerOff: true}).Get(sctx, nil)
+		err = workflow.ExecuteActivity(sctx, metal.ActivityEndBoot, metal.EndBootRequest{Machine: l.machine(), BootID: boot, PowerOff: true}).Get(sctx, nil)
 		if err == nil {
 			_ = l.closeBoot(ctx, boot)
 			l.power = string(nodes.PowerOff)
 		}
 	} else {
-		var pr PowerResult
-		err = workflow.ExecuteActivity(sctx, ActivityPower, PowerRequest{Machine: l.machine(), Action: "off"}).Get(sctx, &pr)
+		var pr metal.PowerResult
+		err = workflow.ExecuteActivity(sctx, metal.ActivityPower, metal.PowerRequest{Machine: l.machine(), Action: "off"}).Get(sctx, &pr)
 		if err == nil {
 			l.power = pr.Power
 		}
