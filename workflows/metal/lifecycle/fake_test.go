@@ -339,6 +339,9 @@ type fakeSite struct {
 	autoReport  bool
 	// verifyErr, when set, is VerifyBMC's answer.
 	verifyErr error
+	// onBoot, when set, is what booting the ramdisk does instead of
+	// reporting to the fake store (e.g. a ramdisk reporting to PostgreSQL).
+	onBoot func(ctx context.Context, r metal.BootRequest) error
 }
 
 func newFakeSite(s *fakeStore) *fakeSite {
@@ -399,9 +402,12 @@ func (f *fakeSite) InspectOOB(context.Context, metal.MachineRef) (metal.InspectO
 	return metal.InspectOOBResult{Supported: true, Manufacturer: "QEMU"}, nil
 }
 
-func (f *fakeSite) BootRamdisk(_ context.Context, r metal.BootRequest) (metal.BootResult, error) {
+func (f *fakeSite) BootRamdisk(ctx context.Context, r metal.BootRequest) (metal.BootResult, error) {
 	f.record("BootRamdisk " + r.Purpose)
 	f.setPower(r.Machine.NodeID, "on")
+	if f.onBoot != nil {
+		return metal.BootResult{Via: "virtual-media", Power: "on"}, f.onBoot(ctx, r)
+	}
 	f.store.mu.Lock()
 	if b, ok := f.store.boots[r.BootID]; ok {
 		b.booted = true

@@ -32,9 +32,21 @@ type world struct {
 	store *fakeStore
 	site  *fakeSite
 	a     *activities.Metal
+	// siteID is the site the site worker serves.
+	siteID string
 }
 
 func startWorld(t *testing.T, ctx context.Context) *world {
+	t.Helper()
+	fs := newFakeStore()
+	w := startWorldOn(t, ctx, "site_1", fs, newFakeSite(fs))
+	w.store = fs
+	return w
+}
+
+// startWorldOn starts the server, the control-plane worker over st and
+// the worker of siteID over site.
+func startWorldOn(t *testing.T, ctx context.Context, siteID string, st activities.Store, site *fakeSite) *world {
 	t.Helper()
 	ts, err := dtemporal.Start(ctx, dtemporal.Options{})
 	if err != nil {
@@ -47,19 +59,20 @@ func startWorld(t *testing.T, ctx context.Context) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	w := &world{t: t, c: c, store: newFakeStore()}
-	w.site = newFakeSite(w.store)
-	w.a = &activities.Metal{Store: w.store, Temporal: c, TaskQueue: controlPlaneQueue, OwedGrace: time.Nanosecond}
+	w := &world{t: t, c: c, siteID: siteID, site: site}
+	w.a = &activities.Metal{Store: st, Temporal: c, TaskQueue: controlPlaneQueue, OwedGrace: time.Nanosecond}
 	cp := worker.New(c, controlPlaneQueue, worker.Options{DeadlockDetectionTimeout: time.Minute})
 	Register(cp, w.a)
-	sw := worker.New(c, sites.SiteTaskQueue("site_1"), worker.Options{DeadlockDetectionTimeout: time.Minute})
-	metal.RegisterAgent(sw, w.site)
-	for _, wk := range []worker.Worker{cp, sw} {
-		if err := wk.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(wk.Stop)
+	if err := cp.Start(); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(cp.Stop)
+	sw := worker.New(c, sites.SiteTaskQueue(siteID), worker.Options{DeadlockDetectionTimeout: time.Minute})
+	metal.RegisterAgent(sw, site)
+	if err := sw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sw.Stop)
 	return w
 }
 
