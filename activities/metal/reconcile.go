@@ -77,11 +77,12 @@ func (m *Metal) reconcileOne(ctx context.Context, op InFlight, owed bool) (int, 
 			return 0, err
 		}
 	}
-	if !owed {
-		running, err := m.workflowRunning(ctx, MetalWorkflowID(op.NodeID))
-		if err != nil || running {
-			return 0, err
-		}
+	// A running workflow is left alone: it serves this operation (and
+	// records its start itself), or it is an older operation's run that
+	// ends on its own, after which the next pass starts this one.
+	running, err := m.workflowRunning(ctx, MetalWorkflowID(op.NodeID))
+	if err != nil || running {
+		return 0, err
 	}
 	if !owed && !op.Deadline.IsZero() && time.Now().After(op.Deadline) {
 		err := m.Store.Fail(ctx, Failure{TenantID: op.TenantID, NodeID: op.NodeID, OpSeq: op.OpSeq,
