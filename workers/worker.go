@@ -2,15 +2,19 @@ package workers
 
 import (
 	"context"
+	"fmt"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
 	healthact "github.com/better-compute/better-compute/activities/health"
+	metalact "github.com/better-compute/better-compute/activities/metal"
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
+	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/workflows/health"
+	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
 	"github.com/better-compute/better-compute/workflows/nodes"
 	"github.com/better-compute/better-compute/workflows/reservations"
 	"github.com/better-compute/better-compute/workflows/sites"
@@ -21,6 +25,9 @@ type Deps struct {
 	Store *store.Store
 	// Metrics, when set, counts workflow and activity failures.
 	Metrics *Metrics
+	// Catalog names the authorization rows' types the metal activities
+	// write (nil: core.DefaultCatalog).
+	Catalog *core.Catalog
 }
 
 // NewControlPlane builds the worker of the control-plane task queue with
@@ -42,10 +49,31 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 	sites.Register(r)
 	reservations.Register(r, &reservationsact.Reservations{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
 	nodes.Register(r, &nodesact.Nodes{Store: deps.Store, Temporal: c})
+	lifecycle.Register(r, &metalact.Metal{Store: metalStore(deps), Temporal: c, TaskQueue: ControlPlaneQueue})
+}
+
+// metalStore is the metal activities' store over deps.Store (nil without
+// one, as in registration tests).
+func metalStore(deps Deps) metalact.Store {
+	if deps.Store == nil {
+		return nil
+	}
+	catalog := deps.Catalog
+	if catalog == nil {
+		var err error
+		if catalog, err = core.DefaultCatalog(); err != nil {
+			panic(fmt.Sprintf("the default catalog: %v", err)) // built in: cannot fail
+		}
+	}
+	return metalact.NewDBStore(deps.Store, catalog)
 }
 
 // EnsureSchedules creates the control plane's Temporal schedules unless they
-// exist: the reservations reconciler. Every worker calls it at start.
+// exist: the reservations and metal reconcilers. Every worker calls it at
+// start.
 func EnsureSchedules(ctx context.Context, c client.Client) error {
-	return reservations.EnsureSchedule(ctx, c, ControlPlaneQueue)
+	if err := reservations.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	return lifecycle.EnsureSchedule(ctx, c, ControlPlaneQueue)
 }

@@ -16,12 +16,15 @@ import (
 func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	r := temporaltest.NewRegistry()
 	registerControlPlane(r, nil, Deps{})
-	wantWorkflows := []string{"HealthCheck", "NodeDrainWorkflow", "ReconcileReservationsWorkflow",
-		"ReservationWorkflow", "SiteHealthWorkflow"}
+	wantWorkflows := []string{"HealthCheck", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
+		"ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReservationWorkflow", "SiteHealthWorkflow"}
 	if got := slices.Sorted(slices.Values(r.Workflows)); !slices.Equal(got, wantWorkflows) {
 		t.Errorf("workflows = %q, want %q", got, wantWorkflows)
 	}
-	wantActivities := []string{"HealthEcho", "NodeDrainStep", "NodeMarkDrained", "ReservationBind",
+	wantActivities := []string{"HealthEcho", "MetalAwaitOutcome", "MetalBootProgress", "MetalCheckRejoin",
+		"MetalCloseBoot", "MetalFail", "MetalFinish", "MetalIngestInspection", "MetalLoad", "MetalMarkStarted",
+		"MetalNewBoot", "MetalReconcile", "MetalRevokeIdentities", "MetalSetPower", "MetalSetStep", "MetalStartNode",
+		"NodeDrainStep", "NodeMarkDrained", "ReservationBind",
 		"ReservationBindStatus", "ReservationExpire", "ReservationFailBinding", "ReservationMarkActive",
 		"ReservationRelease", "ReservationReleaseLapsed", "ReservationState", "ReservationsReconcile"}
 	if got := slices.Sorted(slices.Values(r.Activities)); !slices.Equal(got, wantActivities) {

@@ -81,14 +81,14 @@ func storeErr(what string, err error) error {
 	}
 }
 
-// Load reads the node's lifecycle.
-func (m *Metal) Load(ctx context.Context, tenantID, nodeID string) (Lifecycle, error) {
+// LoadLifecycle reads the node's lifecycle.
+func (m *Metal) LoadLifecycle(ctx context.Context, tenantID, nodeID string) (Lifecycle, error) {
 	lc, err := m.Store.Load(ctx, tenantID, nodeID)
 	return lc, storeErr("load the lifecycle of "+nodeID, err)
 }
 
-// MarkStarted records that the operation's workflow runs.
-func (m *Metal) MarkStarted(ctx context.Context, p MetalParams) error {
+// MarkLifecycleStarted records that the operation's workflow runs.
+func (m *Metal) MarkLifecycleStarted(ctx context.Context, p MetalParams) error {
 	return storeErr("mark the workflow started", m.Store.MarkStarted(ctx, p.TenantID, p.NodeID, p.OpSeq))
 }
 
@@ -97,18 +97,18 @@ func (m *Metal) SetStep(ctx context.Context, p MetalParams, step string) error {
 	return storeErr("set step "+step, m.Store.SetStep(ctx, p.TenantID, p.NodeID, p.OpSeq, step))
 }
 
-// Finish ends the operation successfully.
-func (m *Metal) Finish(ctx context.Context, f Finish) error {
+// FinishOperation ends the operation successfully.
+func (m *Metal) FinishOperation(ctx context.Context, f Finish) error {
 	return storeErr("finish the operation", m.Store.Finish(ctx, f))
 }
 
-// Fail ends the operation as failed.
-func (m *Metal) Fail(ctx context.Context, f Failure) error {
+// FailOperation ends the operation as failed.
+func (m *Metal) FailOperation(ctx context.Context, f Failure) error {
 	return storeErr("fail the operation", m.Store.Fail(ctx, f))
 }
 
-// SetPower records a power read-back.
-func (m *Metal) SetPower(ctx context.Context, tenantID, nodeID string, power nodes.Power) error {
+// RecordPower records a power read-back.
+func (m *Metal) RecordPower(ctx context.Context, tenantID, nodeID string, power nodes.Power) error {
 	return storeErr("record the power state", m.Store.SetPower(ctx, tenantID, nodeID, NormalPower(string(power))))
 }
 
@@ -215,9 +215,9 @@ func (m *Metal) RevokeIdentities(ctx context.Context, p MetalParams) error {
 	return storeErr("revoke the identities of "+p.NodeID, m.Store.RevokeIdentities(ctx, p.TenantID, p.NodeID, p.OpSeq))
 }
 
-// StartNode starts a node's lifecycle workflow for a bulk run and records
+// StartBulkNode starts a node's lifecycle workflow for a bulk run and records
 // the start.
-func (m *Metal) StartNode(ctx context.Context, p MetalParams) error {
+func (m *Metal) StartBulkNode(ctx context.Context, p MetalParams) error {
 	if err := StartLifecycle(ctx, m.Temporal, m.TaskQueue, p); err != nil {
 		return fmt.Errorf("start the lifecycle of %s: %w", p.NodeID, err)
 	}

@@ -23,7 +23,7 @@ const defaultOwedGrace = 10 * time.Second
 // reconcilePage bounds the rows one read of the reconciler takes.
 const reconcilePage = 100
 
-// Reconcile makes every operation in flight have a running workflow, so no
+// ReconcileMetal makes every operation in flight have a running workflow, so no
 // node is stranded in an in-flight state: it starts the workflows whose
 // start is owed, starts again those of operations whose workflow is not
 // running (terminated, cancelled, timed out, lost: a closed id may be
@@ -31,7 +31,7 @@ const reconcilePage = 100
 // their deadline whose workflow is not running (there is nobody left to
 // fail them). Nodes a running bulk run serves are left to it. It answers
 // how many workflows it started and operations it failed.
-func (m *Metal) Reconcile(ctx context.Context) (int, error) {
+func (m *Metal) ReconcileMetal(ctx context.Context) (int, error) {
 	grace := m.OwedGrace
 	if grace <= 0 {
 		grace = defaultOwedGrace
@@ -77,11 +77,12 @@ func (m *Metal) reconcileOne(ctx context.Context, op InFlight, owed bool) (int, 
 			return 0, err
 		}
 	}
-	if !owed {
-		running, err := m.workflowRunning(ctx, MetalWorkflowID(op.NodeID))
-		if err != nil || running {
-			return 0, err
-		}
+	// A running workflow is left alone: it serves this operation (and
+	// records its start itself), or it is an older operation's run that
+	// ends on its own, after which the next pass starts this one.
+	running, err := m.workflowRunning(ctx, MetalWorkflowID(op.NodeID))
+	if err != nil || running {
+		return 0, err
 	}
 	if !owed && !op.Deadline.IsZero() && time.Now().After(op.Deadline) {
 		err := m.Store.Fail(ctx, Failure{TenantID: op.TenantID, NodeID: op.NodeID, OpSeq: op.OpSeq,

@@ -1,5 +1,6 @@
-// Package metal holds the metal lifecycle workflow (one per node, id
-// "<nodeId>/metal") and the contract of its site activities: the names and
+// Package metal holds the contract of the metal lifecycle's site
+// activities (the workflows are in workflows/metal/lifecycle, so `bcd site`
+// links this package without any activity): the names and
 // payloads of the activities `bcd site` serves on the site's task queue
 // (BMC calls and boot services, which must run inside the site's network).
 // The payloads carry no credential: the site agent fetches a node's BMC
