@@ -8,6 +8,7 @@ import (
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/usage"
 )
@@ -23,4 +24,5 @@ var Domains = []rpc.Domain{
 	capacity.Methods,
 	reservations.Methods,
 	nodes.Methods,
+	secrets.Methods,
 }

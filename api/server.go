@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 )
 
 // Deps are what the API needs from the rest of the process.
@@ -69,6 +70,8 @@ type Deps struct {
 	// ReservationStarts, when set, starts admitted reservations' workflows
 	// off the request path (rpc.Deps).
 	ReservationStarts rpc.WorkflowStarter
+	// Secrets is the sealed secret store (rpc.Deps).
+	Secrets *secrets.Vault
 }
 
 // RouteMounter puts routes on the API's router.
@@ -126,7 +129,7 @@ func New(deps Deps) (*Server, error) {
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
-		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts}
+		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts, Secrets: deps.Secrets}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

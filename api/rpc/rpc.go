@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 )
 
 // Call is one method call in flight, as handlers see it.
@@ -79,6 +80,9 @@ type Deps struct {
 	// workflows are owed and starts them off the request path; without it
 	// the create call starts the workflow itself before it answers.
 	ReservationStarts WorkflowStarter
+	// Secrets is the sealed secret store; nil (or one without a
+	// key-encryption key) refuses secrets.put with UNAVAILABLE.
+	Secrets *secrets.Vault
 }
 
 // WorkflowStarter starts, off the request path, the workflow a committed
