@@ -424,6 +424,9 @@ func (s *Stack) TemporalAddr() string  { return s.temporal.FrontendAddr() }
 func (s *Stack) TemporalUI() string    { return s.temporal.UIURL() }
 func (s *Stack) Client() client.Client { return s.client }
 
+// Secrets is the API's secret store, sealed with the stack's KEK.
+func (s *Stack) Secrets() *secrets.Vault { return s.cp.Secrets }
+
 // env is what .dev/env exports, in order.
 func (s *Stack) env() [][2]string {
 	return [][2]string{
