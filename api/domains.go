@@ -9,6 +9,7 @@ import (
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/usage"
 )
@@ -25,4 +26,5 @@ var Domains = []rpc.Domain{
 	reservations.Methods,
 	nodes.Methods,
 	metal.Methods,
+	secrets.Methods,
 }

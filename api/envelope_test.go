@@ -25,6 +25,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 )
 
 // queryCounter is a pgx tracer counting every query the API's pool sends;
@@ -158,6 +159,7 @@ type env struct {
 	boot     iam.BootstrapResult
 	globex   string // token of a person in tenant globex
 	stranger string // token of a person in acme with no policy
+	vault    *secrets.Vault
 }
 
 func newEnv(t testing.TB) *env {
@@ -204,8 +206,9 @@ func newEnv(t testing.TB) *env {
 	if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "globex", Name: "admins", Cedar: iam.TenantAdminsPolicy("admins")}); err != nil {
 		t.Fatal(err)
 	}
+	e.vault = testVault(t)
 	srv, err := api.New(api.Deps{Store: st, IAM: e.outer, Catalog: catalog, Projection: projection,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Secrets: e.vault})
 	if err != nil {
 		t.Fatal(err)
 	}

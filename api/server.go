@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 )
 
 // Deps are what the API needs from the rest of the process.
@@ -69,8 +70,9 @@ type Deps struct {
 	// ReservationStarts, when set, starts admitted reservations' workflows
 	// off the request path (rpc.Deps).
 	ReservationStarts rpc.WorkflowStarter
-	// Secrets and Metal are the metal domain's (rpc.Deps).
-	Secrets rpc.SecretChecker
+	// Secrets is the sealed secret store (rpc.Deps); Metal tunes the metal
+	// domain (rpc.Deps).
+	Secrets *secrets.Vault
 	Metal   rpc.MetalConfig
 }
 
@@ -129,8 +131,8 @@ func New(deps Deps) (*Server, error) {
 	}
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
-		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts,
-		IAM: deps.IAM, Secrets: deps.Secrets, Metal: deps.Metal}
+		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts, Secrets: deps.Secrets,
+		IAM: deps.IAM, Metal: deps.Metal}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

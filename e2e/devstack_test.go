@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +24,13 @@ import (
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/reservations"
+	secretsapi "github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/freeport"
 	"github.com/better-compute/better-compute/internal/testutil"
+	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 )
 
 // startStack starts the dev stack with its agents (a bcd site and two
@@ -315,9 +319,35 @@ func TestDevStackKeepsDataAcrossRestarts(t *testing.T) {
 	if err := run.Get(ctx, &echoed); err != nil || echoed != "kept" {
 		t.Fatalf("workflow = %q, %v", echoed, err)
 	}
+	// A secret put through the API is sealed with the KEK the first start
+	// generated (0600) and still opens after the restart.
+	adminToken, err := first.AdminToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	put, err := secretsapi.Put.Call(ctx, api.NewClient(first.APIURL(), adminToken),
+		secretsapi.PutInput{TenantID: "root", Scope: "fleet", Name: "kept-bmc", Value: "kept-value"})
+	if err != nil {
+		t.Fatalf("secrets.put: %v", err)
+	}
+	if info, err := os.Stat(filepath.Join(dir, devstack.SecretsKEKFile)); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("the dev stack's KEK file: %v, %v", info, err)
+	}
 	first.Stop(ctx)
 
 	second := startStack(t, dir, pgPort)
+	st, err := store.Open(ctx, second.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var value string
+	if err := st.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		value, err = second.Secrets().Resolve(ctx, tx, put.Ref, secrets.Use{TenantID: "acme", Purpose: "e2e", IdentityKind: "site", IdentityID: "site_e2e"})
+		return err
+	}); err != nil || value != "kept-value" {
+		t.Fatalf("the secret after a restart = %q, %v", value, err)
+	}
 	if second.Demo() != first.Demo() {
 		t.Fatalf("the second start made another demo fleet: %+v, then %+v", first.Demo(), second.Demo())
 	}

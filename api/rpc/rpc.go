@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 )
 
 // Call is one method call in flight, as handlers see it.
@@ -79,20 +80,14 @@ type Deps struct {
 	// workflows are owed and starts them off the request path; without it
 	// the create call starts the workflow itself before it answers.
 	ReservationStarts WorkflowStarter
+	// Secrets is the sealed secret store; nil (or one without a
+	// key-encryption key) refuses secrets.put with UNAVAILABLE.
+	Secrets *secrets.Vault
 	// IAM decides what a handler decides itself, per item (metal.bulk's
 	// "then each node"); nil answers those items UNAVAILABLE.
 	IAM iam.Port
-	// Secrets checks, before a method stores a secret reference, that it
-	// names a secret the tenant may use; nil makes such methods UNAVAILABLE.
-	Secrets SecretChecker
 	// Metal tunes the metal domain (tests shorten its deadlines).
 	Metal MetalConfig
-}
-
-// SecretChecker reports whether ref names a secret of tenantID or of the
-// fleet (store/secrets.Vault).
-type SecretChecker interface {
-	Exists(ctx context.Context, tx store.Tx, tenantID, ref string) (bool, error)
 }
 
 // MetalConfig tunes the metal domain's methods.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/internal/nodeca"
+	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workers"
 )
 
@@ -38,6 +39,9 @@ type config struct {
 	ReservationMaxAhead string
 	// PublicURL is the API's base URL as nodes reach it.
 	PublicURL string
+	// SecretsKEKFile holds the secret store's key-encryption keys; without
+	// it they come from BC_SECRETS_KEK (store/secrets.LoadKeyring).
+	SecretsKEKFile string
 }
 
 // setting ties one flag to its environment variable.
@@ -68,7 +72,8 @@ func (c *config) settings(withListen bool) []setting {
 			setting{"agent-listen", "BC_AGENT_LISTEN", "address of the agent listener (mutual TLS); empty: none", &c.AgentListen, ""},
 			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""},
 			setting{"reservation-max-ahead", "BC_RESERVATION_MAX_AHEAD", "how far ahead a reservation may start (a Go duration)", &c.ReservationMaxAhead, "8760h"},
-			setting{"public-url", "BC_PUBLIC_URL", "the API's base URL as nodes reach it, for the join command joinTokens.create answers", &c.PublicURL, ""})
+			setting{"public-url", "BC_PUBLIC_URL", "the API's base URL as nodes reach it, for the join command joinTokens.create answers", &c.PublicURL, ""},
+			setting{"secrets-kek-file", "BC_SECRETS_KEK_FILE", "file (mode 0600) of the secret store's key-encryption keys, base64 of 32 bytes each, the sealing one first; without it BC_SECRETS_KEK holds them", &c.SecretsKEKFile, ""})
 	}
 	return s
 }
@@ -173,4 +178,18 @@ func (c *config) agents() (agentSide, error) {
 		a.hosts = []string{u.Hostname()}
 	}
 	return a, nil
+}
+
+// secretsKeys are the configured key-encryption keys of the secret store;
+// with none, secrets.put answers UNAVAILABLE (and a warning says so).
+func (c *config) secretsKeys(logger *slog.Logger) (*secrets.Keyring, error) {
+	keys, err := secrets.LoadKeyring(c.SecretsKEKFile, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if keys == nil {
+		logger.Warn("no key-encryption key: secrets.put answers UNAVAILABLE until one is configured", "warning", "secrets.kek",
+			"subject", "--secrets-kek-file or "+secrets.EnvKEK)
+	}
+	return keys, nil
 }

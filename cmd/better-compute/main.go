@@ -24,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(devCmd(), serveCmd(), workerCmd(), temporalCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd(), openapiCmd())
+	root.AddCommand(devCmd(), serveCmd(), workerCmd(), temporalCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd(), openapiCmd(), secretsRewrapCmd())
 	// The API's own commands, one per method of the registry.
 	reg, err := api.BuildRegistry(api.Domains)
 	if err == nil {

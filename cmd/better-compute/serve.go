@@ -81,11 +81,15 @@ func serveCmd() *cobra.Command {
 			if err != nil || maxAhead <= 0 {
 				return fmt.Errorf("--reservation-max-ahead %q: want a positive duration such as 8760h", cfg.ReservationMaxAhead)
 			}
+			keys, err := cfg.secretsKeys(b.logger)
+			if err != nil {
+				return err
+			}
 			cp, err := controlplane.New(cmd.Context(), controlplane.Config{
 				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant,
 				Logger: b.logger, RemoteIAM: remote, NodeCA: agents.ca, AgentEndpoint: agents.endpoint,
 				TemporalAddress: cfg.Temporal.Address, TemporalNamespace: cfg.Temporal.Namespace,
-				ReservationMaxAhead: maxAhead, PublicURL: cfg.PublicURL,
+				ReservationMaxAhead: maxAhead, PublicURL: cfg.PublicURL, SecretsKeys: keys,
 			})
 			if err != nil {
 				return err

@@ -28,6 +28,7 @@ import (
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workers"
 )
 
@@ -150,6 +151,9 @@ type Stack struct {
 	postgresDir string
 }
 
+// SecretsKEKFile is the dev stack's key-encryption key, under Dir.
+const SecretsKEKFile = "secrets-kek"
+
 // Start brings the stack up, in dependency order. On any failure it stops
 // what it had started and returns the error.
 func Start(ctx context.Context, o Options) (s *Stack, err error) {
@@ -221,6 +225,16 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
+	// The secret store's key-encryption key: made once (0600), kept with
+	// the checkout's other dev keys, so secrets survive restarts.
+	kekFile := filepath.Join(o.Dir, SecretsKEKFile)
+	if err = secrets.EnsureKEKFile(kekFile); err != nil {
+		return s, err
+	}
+	keys, err := secrets.LoadKeyring(kekFile, func(string) string { return "" })
+	if err != nil {
+		return s, err
+	}
 	agentLn, err := net.Listen("tcp", o.AgentAddr)
 	if err != nil {
 		return s, fmt.Errorf("agent listener: %w", err)
@@ -231,6 +245,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		NodeCA: ca, AgentEndpoint: s.agentURL,
 		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
 		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace, Metrics: metrics,
+		SecretsKeys: keys,
 	}); err != nil {
 		agentLn.Close()
 		return s, err
@@ -408,6 +423,9 @@ func (s *Stack) DatabaseURL() string   { return s.databaseURL }
 func (s *Stack) TemporalAddr() string  { return s.temporal.FrontendAddr() }
 func (s *Stack) TemporalUI() string    { return s.temporal.UIURL() }
 func (s *Stack) Client() client.Client { return s.client }
+
+// Secrets is the API's secret store, sealed with the stack's KEK.
+func (s *Stack) Secrets() *secrets.Vault { return s.cp.Secrets }
 
 // env is what .dev/env exports, in order.
 func (s *Stack) env() [][2]string {

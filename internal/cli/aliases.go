@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,11 +32,39 @@ var aliases = map[string][]alias{
 	"reservations.extend": {
 		{Flag: "for", Usage: "the new total length from the start: 1h, 90m, 2d (duration)", Field: "duration", Set: seconds},
 	},
+	// A value on the command line is in the shell's history and the
+	// process list; from a file (or standard input) it is in neither.
+	"secrets.put": {
+		{Flag: "value-file", Usage: "read the value from this file, byte for byte ('-': standard input) (value)", Field: "value", Set: fileValue},
+	},
 	"capacity.preview": {
 		{Flag: "pool", Usage: "the pool's id (poolId)", Field: "poolId", Set: func(v string) (any, error) { return v, nil }},
 		{Flag: "gpus", Usage: "how many GPUs (devices {class gpu, count N})", Field: "devices", Set: gpus},
 		{Flag: "for", Usage: "how long: 1h, 90m, 2d (duration)", Field: "duration", Set: seconds},
 	},
+}
+
+// fileValue is a file's content, or standard input's for "-", bounded by
+// the largest secret value (64 KiB of characters, at most 4 bytes each).
+func fileValue(path string) (any, error) {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, usageErrorf("--value-file: %v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	const limit = 4 * 64 << 10
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	switch {
+	case err != nil:
+		return nil, usageErrorf("--value-file: %v", err)
+	case len(b) > limit:
+		return nil, usageErrorf("--value-file: more than %d bytes", limit)
+	}
+	return string(b), nil
 }
 
 func gpus(v string) (any, error) {

@@ -458,3 +458,24 @@ func TestDrainWaitsForDrained(t *testing.T) {
 		}
 	}
 }
+
+// secrets put --value-file reads the value from a file, byte for byte, so
+// it is never an argument of the process.
+func TestSecretsPutReadsTheValueFromAFile(t *testing.T) {
+	e := newEnv(t, func(string, map[string]any) (int, string) {
+		return 200, `{"ref":"secret://acme/bmc","tenantId":"acme","name":"bmc","scope":"tenant","version":1}`
+	})
+	file := filepath.Join(e.dir, "pw")
+	if err := os.WriteFile(file, []byte("p@ss word\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.run("secrets", "put", "--name", "bmc", "--value-file", file); err != nil {
+		t.Fatal(err)
+	}
+	if b := e.api.bodies[0]; b["value"] != "p@ss word\n" || b["name"] != "bmc" || b["tenantId"] != "acme" {
+		t.Errorf("body %v", b)
+	}
+	if _, err := e.run("secrets", "put", "--name", "bmc", "--value-file", filepath.Join(e.dir, "missing")); err == nil {
+		t.Error("a missing file was accepted")
+	}
+}

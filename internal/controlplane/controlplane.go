@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 )
 
 // Config is what the wiring needs from the process.
@@ -73,6 +74,10 @@ type Config struct {
 	// starts anything). When nil and Temporal is set, New makes one and
 	// runs it until Close.
 	ReservationStarter *reservationsact.Starter
+	// SecretsKeys are the secret store's key-encryption keys; without them
+	// secrets.put and every resolution answer UNAVAILABLE (nothing is ever
+	// stored in clear).
+	SecretsKeys *secrets.Keyring
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -95,6 +100,9 @@ type ControlPlane struct {
 	Admin      *iam.Admin
 	Projection *iam.Projection
 	Catalog    *core.Catalog
+	// Secrets is the vault of Config.SecretsKeys: what resolves a secret reference just
+	// before its use (the site endpoints' BMC credentials).
+	Secrets *secrets.Vault
 	// Warnings are the registry's start-up findings (`doctor` prints them).
 	Warnings []core.Warning
 
@@ -166,12 +174,13 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		metrics = prometheus.NewRegistry()
 	}
 	metrics.MustRegister(caching.Collector())
+	vault := secrets.NewVault(cfg.SecretsKeys, cfg.RootTenant)
 	gateway, err := agentgateway.New(agentgateway.Deps{
 		Store: cfg.Store, Catalog: catalog, RootTenant: cfg.RootTenant,
 		NodeCA: cfg.NodeCA, AgentEndpoint: cfg.AgentEndpoint,
 		AgentLease: cfg.AgentLease, AgentHeartbeat: cfg.AgentHeartbeat,
 		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace, Temporal: cfg.Temporal,
-		Logger: cfg.Logger.With("component", "agent-gateway"), Metrics: metrics,
+		Logger: cfg.Logger.With("component", "agent-gateway"), Metrics: metrics, Secrets: vault,
 	})
 	if err != nil {
 		return nil, err
@@ -192,13 +201,14 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
-		PublicURL: cfg.PublicURL,
+		PublicURL: cfg.PublicURL, Secrets: vault,
 	})
 	if err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	cp := &ControlPlane{API: srv, Gateway: gateway, IAM: caching, Admin: admin, Projection: projection, Catalog: catalog, Warnings: warnings, stop: stop}
+	cp := &ControlPlane{API: srv, Gateway: gateway, IAM: caching, Admin: admin, Projection: projection, Catalog: catalog, Warnings: warnings, stop: stop,
+		Secrets: vault}
 	cp.wg.Go(func() { _ = projection.Run(runCtx) })
 	cp.wg.Go(func() { caching.FollowEvents(runCtx, cfg.Store, cfg.Logger.With("component", "iam-events"), nil) })
 	sweep := cfg.LivenessSweep

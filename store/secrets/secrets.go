@@ -214,9 +214,10 @@ type Use struct {
 }
 
 // Resolve opens the value a reference names, for use, in the caller's
-// transaction, and records the resolution in it. A reference to another
-// tenant's secret (neither use.TenantID's nor the root tenant's) is the
-// NOT_FOUND of a missing one, so resolving tells nothing across tenants.
+// (read-write) transaction, and records the resolution in it. Only
+// use.TenantID's own secrets and the fleet's resolve: another tenant's
+// secret, or the root tenant's own, is the NOT_FOUND of a missing one, so
+// resolving tells nothing across tenants.
 func (v *Vault) Resolve(ctx context.Context, tx store.Tx, ref string, use Use) (string, error) {
 	tenantID, name, err := coresecrets.ParseRef(ref)
 	if err != nil {
@@ -232,11 +233,13 @@ func (v *Vault) Resolve(ctx context.Context, tx store.Tx, ref string, use Use) (
 		return "", notFound(name)
 	}
 	var version int64
-	var kekID string
+	var kekID, scope string
 	var sealed []byte
-	err = tx.QueryRow(ctx, `SELECT version, kek_id, sealed FROM secrets WHERE tenant_id = $1 AND name = $2`, tenantID, name).
-		Scan(&version, &kekID, &sealed)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err = tx.QueryRow(ctx, `SELECT version, kek_id, sealed, scope FROM secrets WHERE tenant_id = $1 AND name = $2`, tenantID, name).
+		Scan(&version, &kekID, &sealed, &scope)
+	// The root tenant's own (tenant-scope) secrets are its own; only its
+	// fleet secrets serve other tenants.
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && tenantID != use.TenantID && scope != coresecrets.ScopeFleet) {
 		return "", notFound(name)
 	}
 	if err != nil {
@@ -256,8 +259,9 @@ func (v *Vault) Resolve(ctx context.Context, tx store.Tx, ref string, use Use) (
 	return string(value), nil
 }
 
-// Exists reports whether the reference names a secret of tenantID or of the
-// fleet (the check a method that takes a reference makes before storing it).
+// Exists reports whether the reference names a secret of tenantID or a
+// fleet secret (the check a method that takes a reference makes before
+// storing it); another tenant's is false, as a missing one.
 func (v *Vault) Exists(ctx context.Context, tx store.Tx, tenantID, ref string) (bool, error) {
 	refTenant, name, err := coresecrets.ParseRef(ref)
 	if err != nil {
@@ -267,7 +271,8 @@ func (v *Vault) Exists(ctx context.Context, tx store.Tx, tenantID, ref string) (
 		return false, nil
 	}
 	var found bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM secrets WHERE tenant_id = $1 AND name = $2)`, refTenant, name).Scan(&found); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM secrets WHERE tenant_id = $1 AND name = $2 AND ($1 = $3 OR scope = 'fleet'))`,
+		refTenant, name, tenantID).Scan(&found); err != nil {
 		return false, fmt.Errorf("secrets: %w", err)
 	}
 	return found, nil

@@ -221,11 +221,35 @@ func TestResolveAcrossTenantsIsNotFound(t *testing.T) {
 	if got, err := resolve(t, s, v, "secret://root/fleet-bmc", use("ten_b")); err != nil || got != "fleet-pw" {
 		t.Fatalf("a fleet secret for ten_b = %q, %v", got, err)
 	}
+	// The root tenant's own secret is not the fleet's.
+	if _, err := put(t, s, v, secrets.PutRequest{TenantID: root, Name: "root-own", Value: "root-pw"}); err != nil {
+		t.Fatal(err)
+	}
+	_, rootOwn := resolve(t, s, v, "secret://root/root-own", use("ten_b"))
+	wantCode(t, rootOwn, core.CodeNotFound)
+	if got, err := resolve(t, s, v, "secret://root/root-own", use(root)); err != nil || got != "root-pw" {
+		t.Fatalf("root's own secret for root = %q, %v", got, err)
+	}
+	exists := func(tenant, ref string) bool {
+		t.Helper()
+		var found bool
+		if err := s.InTx(context.Background(), store.ReadOnly, func(tx store.Tx) (err error) {
+			found, err = v.Exists(context.Background(), tx, tenant, ref)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return found
+	}
+	if !exists("ten_a", "secret://ten_a/pw") || !exists("ten_b", "secret://root/fleet-bmc") || exists("ten_b", "secret://ten_a/pw") ||
+		exists("ten_b", "secret://root/root-own") || !exists(root, "secret://root/root-own") || exists("ten_a", "secret://ten_a/nope") {
+		t.Fatal("Exists disagrees with Resolve")
+	}
 	_, err := resolve(t, s, v, "vault://ten_a/pw", use("ten_a"))
 	wantCode(t, err, core.CodeInvalidInput)
 	var n int
-	if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM secret_resolutions`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("%d resolutions recorded (%v), want only the one that resolved", n, err)
+	if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM secret_resolutions`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d resolutions recorded (%v), want only the two that resolved", n, err)
 	}
 }
 

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
+)
+
+// secretsRewrapCmd finishes a key rotation: with the new key first in the
+// keyring and the old ones after it, it seals every value again under the
+// new key, after which the old ones can be dropped.
+func secretsRewrapCmd() *cobra.Command {
+	var cfg config
+	cmd := &cobra.Command{
+		Use:   "secrets-rewrap",
+		Short: "Seal again under the primary key-encryption key every secret an older key sealed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.load(cmd, false); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("secrets-kek-file") {
+				if v, ok := os.LookupEnv("BC_SECRETS_KEK_FILE"); ok {
+					cfg.SecretsKEKFile = v
+				}
+			}
+			keys, err := secrets.LoadKeyring(cfg.SecretsKEKFile, os.Getenv)
+			if err != nil {
+				return err
+			}
+			if keys == nil {
+				return errors.New("no key-encryption key: give --secrets-kek-file or " + secrets.EnvKEK)
+			}
+			st, err := store.Open(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			n, err := secrets.NewVault(keys, cfg.RootTenant).Rewrap(cmd.Context(), st)
+			fmt.Fprintf(os.Stdout, "resealed %d secret(s) under key-encryption key %s\n", n, keys.PrimaryID())
+			return err
+		},
+	}
+	cfg.bind(cmd.Flags(), false)
+	cmd.Flags().StringVar(&cfg.SecretsKEKFile, "secrets-kek-file", "", "file (mode 0600) of the key-encryption keys, the new one first (env BC_SECRETS_KEK_FILE; without it BC_SECRETS_KEK)")
+	return cmd
+}
