@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/drivers"
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
@@ -23,4 +24,5 @@ var Domains = []rpc.Domain{
 	capacity.Methods,
 	reservations.Methods,
 	nodes.Methods,
+	drivers.Methods,
 }

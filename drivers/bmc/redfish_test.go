@@ -44,7 +44,7 @@ type rfPeer struct {
 	ep *drivers.Endpoint
 }
 
-func startEmulator(t *testing.T, ids ...string) []rfPeer {
+func startEmulator(t testing.TB, ids ...string) []rfPeer {
 	t.Helper()
 	e, err := emulator.New(emulator.Config{Username: rfUser, Password: rfPass, TaskDelay: 20 * time.Millisecond})
 	if err != nil {
@@ -78,7 +78,7 @@ func rfMachine(ep *drivers.Endpoint) drivers.Machine {
 	return drivers.Machine{NodeID: "nod_rf", SiteID: "sit_1", Redfish: ep}
 }
 
-func mediaServer(t *testing.T) string {
+func mediaServer(t testing.TB) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("an ISO image, as far as a simulated machine can tell"))
