@@ -169,10 +169,17 @@ func TestQEMUMachineBehindRedfish(t *testing.T) {
 	defer media.Close()
 
 	const mac = "52:54:00:bc:00:01"
+	// QEMU's own TFTP serves the PXE boot: an iPXE script that prints the
+	// MAC the guest's NIC has.
+	tftp := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tftp, "boot.ipxe"), []byte("#!ipxe\necho BCTEST-PXE ${net0/mac}\nshell\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	m, err := qemu.New(qemu.Config{
-		Info:   machines.Info{UUID: "5e1c0f6e-7a6b-4d3c-9e2f-0123456789ab", SerialNumber: "QEMU-0001", Manufacturer: "QEMU", Model: "pc", MAC: mac, CPUs: 1, MemoryMiB: 512},
-		Dir:    t.TempDir(),
-		CDMode: qemu.ModeDirect,
+		NetdevOptions: ",tftp=" + tftp + ",bootfile=boot.ipxe",
+		Info:          machines.Info{UUID: "5e1c0f6e-7a6b-4d3c-9e2f-0123456789ab", SerialNumber: "QEMU-0001", Manufacturer: "QEMU", Model: "pc", MAC: mac, CPUs: 1, MemoryMiB: 512},
+		Dir:           t.TempDir(),
+		CDMode:        qemu.ModeDirect,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -243,9 +250,33 @@ func TestQEMUMachineBehindRedfish(t *testing.T) {
 	firmwareCD := time.Since(start)
 	rf.reset("ForceOff")
 
-	t.Logf("QEMU TCG behind Redfish: power on -> first serial output %v, -> init (direct boot) %v; reset -> init %v; guest poweroff -> Off read back %v; ForceOff %v; power on -> firmware boots the CD %v",
+	// A one-time PXE override: the firmware's iPXE boots from QEMU's TFTP
+	// with the NIC's fixed MAC, and the override is used up.
+	pxeBoots := func() int { return strings.Count(string(m.SerialLog()), "BCTEST-PXE "+mac) }
+	before = pxeBoots()
+	if code, body := rf.do(http.MethodPatch, "/redfish/v1/Systems/1",
+		map[string]any{"Boot": map[string]string{"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}}); code != http.StatusNoContent {
+		t.Fatalf("boot override: %d %s", code, body)
+	}
+	start = time.Now()
+	rf.reset("On")
+	testutil.Eventually(t, bootTimeout, "the PXE boot's script to print the MAC", func() bool { return pxeBoots() > before })
+	pxe := time.Since(start)
+	_, body := rf.do(http.MethodGet, "/redfish/v1/Systems/1", nil)
+	var sys struct {
+		Boot struct{ BootSourceOverrideTarget string }
+	}
+	if err := json.Unmarshal(body, &sys); err != nil {
+		t.Fatal(err)
+	}
+	if sys.Boot.BootSourceOverrideTarget != "None" {
+		t.Fatalf("the one-time override reads back %q after its boot, want None", sys.Boot.BootSourceOverrideTarget)
+	}
+	rf.reset("ForceOff")
+
+	t.Logf("QEMU TCG behind Redfish: power on -> first serial output %v, -> init (direct boot) %v; reset -> init %v; guest poweroff -> Off read back %v; ForceOff %v; power on -> firmware boots the CD %v; PXE override -> iPXE script runs %v",
 		firstOutput.Round(time.Millisecond), booted.Round(time.Millisecond), resetBoot.Round(time.Millisecond),
-		guestOff.Round(time.Millisecond), hardOff.Round(time.Millisecond), firmwareCD.Round(time.Millisecond))
+		guestOff.Round(time.Millisecond), hardOff.Round(time.Millisecond), firmwareCD.Round(time.Millisecond), pxe.Round(time.Millisecond))
 	if os.Getenv("BC_QEMU_SERIAL") != "" {
 		t.Logf("console:\n%s", m.SerialLog())
 	}
