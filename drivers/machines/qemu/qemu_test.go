@@ -57,9 +57,18 @@ func need(t *testing.T, bins ...string) {
 	}
 }
 
+// Debian's isolinux and syslinux-common packages' BIOS bootloader.
+const (
+	isolinuxBin = "/usr/lib/ISOLINUX/isolinux.bin"
+	ldlinux     = "/usr/lib/syslinux/modules/bios/ldlinux.c32"
+)
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
 // buildISO packs a busybox initramfs and the kernel into an ISO at the
-// paths direct boot takes them from.
-func buildISO(t *testing.T, kernelPath string) []byte {
+// paths direct boot takes them from; bootable adds isolinux, so that the
+// firmware boots it too.
+func buildISO(t *testing.T, kernelPath string, bootable bool) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	root := filepath.Join(dir, "initramfs")
@@ -102,7 +111,27 @@ func buildISO(t *testing.T, kernelPath string) []byte {
 		t.Fatal(err)
 	}
 	iso := filepath.Join(dir, "ramdisk.iso")
-	if out, err := exec.Command("xorriso", "-as", "mkisofs", "-quiet", "-R", "-o", iso, isoRoot).CombinedOutput(); err != nil {
+	xorriso := []string{"-as", "mkisofs", "-quiet", "-R", "-o", iso}
+	if bootable {
+		if err := os.MkdirAll(filepath.Join(isoRoot, "isolinux"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for src, dst := range map[string]string{isolinuxBin: "isolinux/isolinux.bin", ldlinux: "isolinux/ldlinux.c32"} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(isoRoot, dst), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := "SERIAL 0 115200\nDEFAULT linux\nPROMPT 0\nTIMEOUT 0\nLABEL linux\n  KERNEL /boot/vmlinuz\n  INITRD /boot/initrd.img\n  APPEND console=ttyS0 quiet panic=-1\n"
+		if err := os.WriteFile(filepath.Join(isoRoot, "isolinux/isolinux.cfg"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		xorriso = append(xorriso, "-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat", "-no-emul-boot", "-boot-load-size", "4", "-boot-info-table")
+	}
+	if out, err := exec.Command("xorriso", append(xorriso, isoRoot)...).CombinedOutput(); err != nil {
 		t.Fatalf("xorriso: %v: %s", err, out)
 	}
 	b, err := os.ReadFile(iso)
@@ -162,7 +191,8 @@ func (r redfish) power() string {
 // handed to the real firmware. It logs how long each step took.
 func TestQEMUMachineBehindRedfish(t *testing.T) {
 	need(t, "qemu-system-x86_64", "xorriso", "busybox", "cpio")
-	iso := buildISO(t, kernel(t))
+	bootable := exists(isolinuxBin) && exists(ldlinux)
+	iso := buildISO(t, kernel(t), bootable)
 	media := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "ramdisk.iso", time.Time{}, bytes.NewReader(iso))
 	}))
@@ -240,14 +270,20 @@ func TestQEMUMachineBehindRedfish(t *testing.T) {
 		t.Fatalf("power after ForceOff = %s", got)
 	}
 
-	// The measured path: the firmware boots the CD itself.
+	// The measured path: the firmware boots the CD itself (with isolinux
+	// when Debian's isolinux and syslinux-common are installed).
 	m.SetCDMode(qemu.ModeISO)
 	cdBoots := func() int { return strings.Count(string(m.SerialLog()), "Booting from DVD/CD") }
-	before := cdBoots()
+	before, beforeInit := cdBoots(), markers()
 	start = time.Now()
 	rf.reset("On")
 	testutil.Eventually(t, bootTimeout, "the firmware to boot from the CD", func() bool { return cdBoots() > before })
 	firmwareCD := time.Since(start)
+	isoBoot := "not measured (install isolinux and syslinux-common)"
+	if bootable {
+		testutil.Eventually(t, bootTimeout, "init to run from the ISO the firmware booted", func() bool { return markers() > beforeInit })
+		isoBoot = time.Since(start).Round(time.Millisecond).String()
+	}
 	rf.reset("ForceOff")
 
 	// A one-time PXE override: the firmware's iPXE boots from QEMU's TFTP
@@ -274,9 +310,9 @@ func TestQEMUMachineBehindRedfish(t *testing.T) {
 	}
 	rf.reset("ForceOff")
 
-	t.Logf("QEMU TCG behind Redfish: power on -> first serial output %v, -> init (direct boot) %v; reset -> init %v; guest poweroff -> Off read back %v; ForceOff %v; power on -> firmware boots the CD %v; PXE override -> iPXE script runs %v",
+	t.Logf("QEMU TCG behind Redfish: power on -> first serial output %v, -> init (direct boot) %v; reset -> init %v; guest poweroff -> Off read back %v; ForceOff %v; power on -> firmware boots the CD %v, -> init through isolinux (iso) %s; PXE override -> iPXE script runs %v",
 		firstOutput.Round(time.Millisecond), booted.Round(time.Millisecond), resetBoot.Round(time.Millisecond),
-		guestOff.Round(time.Millisecond), hardOff.Round(time.Millisecond), firmwareCD.Round(time.Millisecond), pxe.Round(time.Millisecond))
+		guestOff.Round(time.Millisecond), hardOff.Round(time.Millisecond), firmwareCD.Round(time.Millisecond), isoBoot, pxe.Round(time.Millisecond))
 	if os.Getenv("BC_QEMU_SERIAL") != "" {
 		t.Logf("console:\n%s", m.SerialLog())
 	}
