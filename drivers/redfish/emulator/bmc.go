@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -141,10 +142,7 @@ func (b *BMC) Addr() string { return b.addr }
 
 // Port is the listener's port.
 func (b *BMC) Port() string {
-	_, port, _ := strings.Cut(b.addr, "]:")
-	if port == "" {
-		_, port, _ = strings.Cut(b.addr, ":")
-	}
+	_, port, _ := net.SplitHostPort(b.addr)
 	return port
 }
 
