@@ -228,6 +228,12 @@ func TestWriteAndReadBack(t *testing.T) {
 	if err != nil || writes != 3 {
 		t.Fatalf("transient writes: %v after %d writes", err, writes)
 	}
+	// Reads that keep failing are not a dropped write.
+	err = WriteAndReadBack(ctx, p, "power on", func() error { return nil },
+		func() (bool, string, error) { return false, "", fmt.Errorf("%w: 503", ErrTransient) })
+	if !errors.Is(err, ErrTransient) || errors.Is(err, ErrNotApplied) {
+		t.Fatalf("failing reads: %v, want ErrTransient", err)
+	}
 	writes = 0
 	err = WriteAndReadBack(ctx, p, "power on", func() error { writes++; return ErrAuth },
 		func() (bool, string, error) { return true, "on", nil })

@@ -101,6 +101,10 @@ func WriteAndReadBack(ctx context.Context, p Policy, what string, write func() e
 			return nil
 		case ctx.Err() != nil:
 			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case errors.Is(err, ErrTransient) && n == p.Writes:
+			// The reads, not the BMC's state, failed: that is no proof the
+			// write was dropped.
+			return fmt.Errorf("%s: reading back: %w", what, err)
 		case !errors.Is(err, errNotYet) && !errors.Is(err, ErrTransient):
 			return fmt.Errorf("%s: reading back: %w", what, err)
 		}
