@@ -2,6 +2,7 @@ package bmc_test
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	"github.com/better-compute/better-compute/drivers"
@@ -77,5 +78,25 @@ func BenchmarkIPMI(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkFailover is a power read on a machine whose Redfish endpoint
+// refuses connections, served by IPMI.
+func BenchmarkFailover(b *testing.B) {
+	peer := ipmisim.Start(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	down := "https://" + ln.Addr().String()
+	_ = ln.Close()
+	r, ctx := bothRegistry(), context.Background()
+	m := drivers.Machine{NodeID: "nod_both", SiteID: "sit_1", IPMI: peer.Endpoint(),
+		Redfish: &drivers.Endpoint{Address: down, Username: rfUser, Password: rfPass}}
+	for i := 0; i < b.N; i++ {
+		if _, served, err := r.PowerState(ctx, m); err != nil || served != drivers.DriverIPMI {
+			b.Fatalf("served by %q: %v", served, err)
+		}
 	}
 }
