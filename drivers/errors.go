@@ -17,18 +17,6 @@ func wrapf(sentinel error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
 }
 
-// Wrap returns err marked as sentinel (one of the Err* values), keeping
-// err's message and chain. A nil err stays nil.
-func Wrap(sentinel, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, sentinel) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", sentinel, err)
-}
-
 // Unavailable reports whether err says the driver could not reach or use
 // the BMC at all (not that the BMC refused or ignored the request): the
 // errors on which a machine with two protocols fails over to the other.
