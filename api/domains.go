@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/drivers"
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/nodes"
@@ -27,4 +28,5 @@ var Domains = []rpc.Domain{
 	nodes.Methods,
 	metal.Methods,
 	secrets.Methods,
+	drivers.Methods,
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/drivers"
 	"github.com/better-compute/better-compute/store"
 )
 
@@ -179,6 +180,14 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 		"projects.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
 			return e.cloneResource("projects", "project", project.ID, "prj", first, n, `'name', 'paging-' || g`)
 		}},
+		// The drivers are the build's: nothing to insert, the catalog pages.
+		"drivers.list": {input: map[string]any{"tenantId": "acme"}, itemKey: func(item map[string]any) string { return fmt.Sprint(item["name"]) },
+			insert: func(first, _ int) []string {
+				if first > 1 {
+					return nil
+				}
+				return []string{drivers.DriverIPMI, drivers.DriverRedfish}
+			}},
 		"sites.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
 			return e.cloneResource("sites", "site", site.ID, "site", first, n, `'name', 'paging-' || g`)
 		}},
