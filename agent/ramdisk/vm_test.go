@@ -1,0 +1,315 @@
+package ramdisk_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/agent/ramdisk/image"
+	coreinv "github.com/better-compute/better-compute/core/inventory"
+)
+
+const (
+	vmMAC      = "52:54:00:b0:07:01"
+	vmDiskSize = 64 << 20
+	mib        = 1 << 20
+)
+
+// The disk's layout: an MBR with one partition from 1 MiB to 63 MiB, and
+// markers where the wipe must reach (both ends of the disk and of the
+// partition) and where it must not (the middle).
+var diskMarks = []struct {
+	off   int64
+	wiped bool
+}{
+	{off: 1*mib + 1024, wiped: true},     // a filesystem superblock at the partition's start
+	{off: 63*mib - 4096, wiped: true},    // the partition's last MiB
+	{off: vmDiskSize - 512, wiped: true}, // a backup GPT header
+	{off: 32 * mib, wiped: false},        // data the wipe leaves alone
+}
+
+const marker = "BETTER-COMPUTE-MARK"
+
+func writeVMDisk(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(vmDiskSize); err != nil {
+		t.Fatal(err)
+	}
+	mbr := make([]byte, 512)
+	entry := mbr[446:462]
+	entry[4] = 0x83 // Linux
+	binary.LittleEndian.PutUint32(entry[8:], 1*mib/512)
+	binary.LittleEndian.PutUint32(entry[12:], 62*mib/512)
+	mbr[510], mbr[511] = 0x55, 0xaa
+	if _, err := f.WriteAt(mbr, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range diskMarks {
+		if _, err := f.WriteAt([]byte(marker), m.off); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// vmPieces builds what a site serves a machine: a static bcd, the base
+// initramfs, the boot's appendix and the ISO, and returns the ISO's boot
+// pieces as a direct-boot machine reads them.
+func vmPieces(t *testing.T, cfg protocol.RamdiskBootConfig) (kernel, initrd, cmdline, iso string) {
+	t.Helper()
+	kdir := image.DefaultKernelDir()
+	if _, _, err := image.FindKernel(kdir); err != nil {
+		t.Skipf("no kernel cache (run `make kernel`): %v", err)
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("no qemu-system-x86_64 (Debian package qemu-system-x86)")
+	}
+	for _, p := range []string{"/bin/busybox", image.DefaultIsolinuxBin} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s is missing (Debian packages busybox-static, isolinux, syslinux-common): %v", p, err)
+		}
+	}
+	dir := t.TempDir()
+	bcd := filepath.Join(dir, "bcd")
+	start := time.Now()
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bcd, "github.com/better-compute/better-compute/cmd/bcd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static bcd: %v: %s", err, out)
+	}
+	t.Logf("static bcd built in %s", time.Since(start).Round(time.Millisecond))
+
+	start = time.Now()
+	base, err := image.BuildBase(context.Background(), image.Options{KernelDir: kdir, BCD: bcd, OutDir: filepath.Join(dir, "base")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(base.Initrd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("base initramfs (kernel %s, %d modules) built in %s: %.1f MiB", base.KernelVersion, len(base.Modules), time.Since(start).Round(time.Millisecond), float64(st.Size())/mib)
+
+	full, err := image.WithConfig(base.Initrd, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootInitrd := filepath.Join(dir, "initrd-boot.img")
+	if err := os.WriteFile(bootInitrd, full, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	iso = filepath.Join(dir, "ramdisk.iso")
+	if err := image.ISO(context.Background(), image.ISOOptions{Kernel: base.Kernel, Initrd: bootInitrd, Out: iso}); err != nil {
+		t.Fatal(err)
+	}
+	ex := filepath.Join(dir, "iso")
+	if out, err := exec.Command("xorriso", "-osirrox", "on", "-indev", iso, "-extract", "/boot", ex).CombinedOutput(); err != nil {
+		t.Fatalf("xorriso extract: %v: %s", err, out)
+	}
+	c, err := os.ReadFile(filepath.Join(ex, filepath.Base(image.ISOCmdlinePath)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(ex, filepath.Base(image.ISOKernelPath)), filepath.Join(ex, filepath.Base(image.ISOInitrdPath)), strings.TrimSpace(string(c)), iso
+}
+
+// vmAPI is the control plane as a booted ramdisk sees it: it checks the
+// report against the VM's hardware and answers wipe-disks then power-off.
+type vmAPI struct {
+	t     *testing.T
+	token string
+	start time.Time
+
+	mu        sync.Mutex
+	reportAt  time.Duration
+	inventory *coreinv.NodeInventory
+	results   []protocol.RamdiskStepResult
+}
+
+func (a *vmAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch r.URL.Path {
+	case protocol.RamdiskReportPath:
+		var rep protocol.RamdiskReport
+		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil || rep.Token != a.token {
+			http.Error(w, `{"error":"bad token"}`, http.StatusUnauthorized)
+			return
+		}
+		var inv coreinv.NodeInventory
+		if err := json.Unmarshal(rep.Inventory, &inv); err != nil {
+			a.t.Errorf("inventory: %v", err)
+		}
+		if a.inventory == nil {
+			a.reportAt = time.Since(a.start)
+		}
+		a.inventory = &inv
+		_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node-vm", Steps: []protocol.RamdiskStep{
+			{Name: protocol.StepWipeDisks}, {Name: protocol.StepPowerOff},
+		}})
+	case protocol.RamdiskResultPath:
+		var res protocol.RamdiskResult
+		if err := json.NewDecoder(r.Body).Decode(&res); err != nil || res.Token != a.token {
+			http.Error(w, `{"error":"bad token"}`, http.StatusUnauthorized)
+			return
+		}
+		a.results = append(a.results, res.Results...)
+		_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node-vm", Steps: []protocol.RamdiskStep{}})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// serveOnLoopback serves h on the host's loopback, which QEMU's user-mode
+// network shows the guest as 10.0.2.2.
+func serveOnLoopback(t *testing.T, h http.Handler) (port int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func runQEMU(t *testing.T, args []string) (consoleLog string, took time.Duration) {
+	t.Helper()
+	dir := t.TempDir()
+	console := filepath.Join(dir, "console.log")
+	base := []string{
+		"-machine", "pc", "-accel", "tcg", "-m", "512", "-smp", "1",
+		"-nodefaults", "-display", "none", "-no-reboot",
+		"-serial", "file:" + console,
+		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,mac=" + vmMAC,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", append(base, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	took = time.Since(start)
+	log, _ := os.ReadFile(console)
+	if err != nil {
+		t.Fatalf("qemu: %v (%s)\nconsole:\n%s", err, stderr.String(), log)
+	}
+	return string(log), took
+}
+
+// TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff boots the ISO's
+// kernel and initramfs in QEMU (as a machine's direct boot mode does), and
+// checks that the ramdisk inside reaches the API on the host, reports the
+// VM's disk and NIC, wipes the disk and powers the VM off.
+func TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff(t *testing.T) {
+	api := &vmAPI{t: t, token: protocol.BootTokenPrefix + "vm-test-token"}
+	port := serveOnLoopback(t, api)
+	cfg := protocol.RamdiskBootConfig{APIURL: fmt.Sprintf("http://10.0.2.2:%d", port), Token: api.token, BootID: "boot-vm", Purpose: "provide"}
+	kernel, initrd, cmdline, _ := vmPieces(t, cfg)
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	writeVMDisk(t, disk)
+
+	api.mu.Lock()
+	api.start = time.Now()
+	api.mu.Unlock()
+	console, took := runQEMU(t, []string{
+		"-kernel", kernel, "-initrd", initrd, "-append", cmdline,
+		"-drive", "file=" + disk + ",if=virtio,format=raw",
+	})
+
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.inventory == nil {
+		t.Fatalf("no report; console:\n%s", console)
+	}
+	t.Logf("boot → report %s, boot → power off (QEMU exit) %s", api.reportAt.Round(time.Millisecond), took.Round(time.Millisecond))
+	inv := api.inventory
+	var vda *coreinv.Disk
+	for i := range inv.Disks {
+		if inv.Disks[i].Name == "vda" {
+			vda = &inv.Disks[i]
+		}
+	}
+	if vda == nil || vda.SizeBytes != vmDiskSize || len(inv.Disks) != 1 {
+		t.Errorf("disks = %+v, want one vda of %d bytes", inv.Disks, vmDiskSize)
+	}
+	if len(inv.NICs) != 1 || inv.NICs[0].MAC != vmMAC || inv.NICs[0].Driver != "virtio_net" {
+		t.Errorf("nics = %+v, want one virtio_net with %s", inv.NICs, vmMAC)
+	}
+	if inv.CPU.LogicalCPUs != 1 || inv.Memory.TotalBytes < 400*mib || inv.Memory.TotalBytes > 512*mib {
+		t.Errorf("cpu %+v, memory %d", inv.CPU, inv.Memory.TotalBytes)
+	}
+	if len(api.results) != 2 || api.results[0].Name != protocol.StepWipeDisks || !api.results[0].OK ||
+		!strings.Contains(api.results[0].Message, "vda") || !strings.Contains(api.results[0].Message, "1 partitions") ||
+		api.results[1].Name != protocol.StepPowerOff {
+		t.Errorf("results = %+v", api.results)
+	}
+	if strings.Contains(console, api.token) {
+		t.Error("the boot token is on the console")
+	}
+	for _, want := range []string{"bcd-init: eth0 up (" + vmMAC + ")", "reported", "powering off"} {
+		if !strings.Contains(console, want) {
+			t.Errorf("console lacks %q:\n%s", want, console)
+		}
+	}
+
+	b, err := os.ReadFile(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b[:mib], make([]byte, mib)) {
+		t.Error("the disk's first MiB (the partition table) is not zero")
+	}
+	for _, m := range diskMarks {
+		kept := string(b[m.off:m.off+int64(len(marker))]) == marker
+		if kept == m.wiped {
+			t.Errorf("marker at %d: kept %v, want wiped %v", m.off, kept, m.wiped)
+		}
+	}
+}
+
+// TestRamdiskISOBootsThroughSeaBIOS boots the ISO itself (SeaBIOS, El
+// Torito, isolinux) to measure that path; it is slower than a direct boot
+// and runs only when BETTER_COMPUTE_ISO_BOOT=1.
+func TestRamdiskISOBootsThroughSeaBIOS(t *testing.T) {
+	if os.Getenv("BETTER_COMPUTE_ISO_BOOT") != "1" {
+		t.Skip("set BETTER_COMPUTE_ISO_BOOT=1 to boot the ISO through SeaBIOS")
+	}
+	api := &vmAPI{t: t, token: protocol.BootTokenPrefix + "iso-test-token"}
+	port := serveOnLoopback(t, api)
+	cfg := protocol.RamdiskBootConfig{APIURL: fmt.Sprintf("http://10.0.2.2:%d", port), Token: api.token, Purpose: "inspect"}
+	_, _, _, iso := vmPieces(t, cfg)
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	writeVMDisk(t, disk)
+	api.mu.Lock()
+	api.start = time.Now()
+	api.mu.Unlock()
+	console, took := runQEMU(t, []string{"-cdrom", iso, "-boot", "d", "-drive", "file=" + disk + ",if=virtio,format=raw"})
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.inventory == nil || len(api.results) != 2 {
+		t.Fatalf("report %v, results %+v; console:\n%s", api.inventory != nil, api.results, console)
+	}
+	t.Logf("ISO boot → report %s, → power off %s", api.reportAt.Round(time.Millisecond), took.Round(time.Millisecond))
+}
