@@ -89,7 +89,7 @@ func vmPieces(t *testing.T, cfg protocol.RamdiskBootConfig) (kernel, initrd, cmd
 	dir := t.TempDir()
 	bcd := filepath.Join(dir, "bcd")
 	start := time.Now()
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bcd, "github.com/better-compute/better-compute/cmd/bcd")
+	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bcd, "github.com/better-compute/better-compute/cmd/bcd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("static bcd: %v: %s", err, out)
