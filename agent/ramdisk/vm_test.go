@@ -20,6 +20,10 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/agent/ramdisk/image"
 	coreinv "github.com/better-compute/better-compute/core/inventory"
+	"github.com/better-compute/better-compute/drivers"
+	"github.com/better-compute/better-compute/drivers/machines"
+	"github.com/better-compute/better-compute/drivers/machines/qemu"
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 const (
@@ -70,9 +74,8 @@ func writeVMDisk(t *testing.T, p string) {
 }
 
 // vmPieces builds what a site serves a machine: a static bcd, the base
-// initramfs, the boot's appendix and the ISO, and returns the ISO's boot
-// pieces as a direct-boot machine reads them.
-func vmPieces(t *testing.T, cfg protocol.RamdiskBootConfig) (kernel, initrd, cmdline, iso string) {
+// initramfs, the boot's appendix, and the ISO of them.
+func vmPieces(t *testing.T, cfg protocol.RamdiskBootConfig) (iso string) {
 	t.Helper()
 	kdir := image.DefaultKernelDir()
 	if _, _, err := image.FindKernel(kdir); err != nil {
@@ -119,15 +122,7 @@ func vmPieces(t *testing.T, cfg protocol.RamdiskBootConfig) (kernel, initrd, cmd
 	if err := image.ISO(context.Background(), image.ISOOptions{Kernel: base.Kernel, Initrd: bootInitrd, Out: iso}); err != nil {
 		t.Fatal(err)
 	}
-	ex := filepath.Join(dir, "iso")
-	if out, err := exec.Command("xorriso", "-osirrox", "on", "-indev", iso, "-extract", "/boot", ex).CombinedOutput(); err != nil {
-		t.Fatalf("xorriso extract: %v: %s", err, out)
-	}
-	c, err := os.ReadFile(filepath.Join(ex, filepath.Base(image.ISOCmdlinePath)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(ex, filepath.Base(image.ISOKernelPath)), filepath.Join(ex, filepath.Base(image.ISOInitrdPath)), strings.TrimSpace(string(c)), iso
+	return iso
 }
 
 // vmAPI is the control plane as a booted ramdisk sees it: it checks the
@@ -193,50 +188,70 @@ func serveOnLoopback(t *testing.T, h http.Handler) (port int) {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func runQEMU(t *testing.T, args []string) (consoleLog string, took time.Duration) {
+// vmInfo is the emulated machine's identity, which its SMBIOS tables
+// carry into the guest's DMI.
+var vmInfo = machines.Info{
+	UUID: "6b1e2f0a-5c3d-4e7f-9a0b-1c2d3e4f5a6b", SerialNumber: "BC-RAMDISK-VM-1",
+	Manufacturer: "Better Compute", Model: "Emulated TCG", MAC: vmMAC, CPUs: 1, MemoryMiB: 512,
+}
+
+// bootMachine boots the ISO from the CD of a QEMU machine (the one behind
+// the Redfish emulator) in the given mode and waits for the guest to power
+// itself off. prepareDisk writes the disk first.
+func bootMachine(t *testing.T, iso string, mode qemu.BootMode, prepareDisk func(path string)) (m *qemu.Machine, took time.Duration) {
 	t.Helper()
-	dir := t.TempDir()
-	console := filepath.Join(dir, "console.log")
-	base := []string{
-		"-machine", "pc", "-accel", "tcg", "-m", "512", "-smp", "1",
-		"-nodefaults", "-display", "none", "-no-reboot",
-		"-serial", "file:" + console,
-		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,mac=" + vmMAC,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", append(base, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	start := time.Now()
-	err := cmd.Run()
-	took = time.Since(start)
-	log, _ := os.ReadFile(console)
+	m, err := qemu.New(qemu.Config{Info: vmInfo, DiskMiB: vmDiskSize / mib, CDMode: mode})
 	if err != nil {
-		t.Fatalf("qemu: %v (%s)\nconsole:\n%s", err, stderr.String(), log)
+		t.Fatal(err)
 	}
-	return string(log), took
+	t.Cleanup(func() { m.Close() })
+	prepareDisk(m.DiskPath())
+	ctx := context.Background()
+	if err := m.InsertMedia(ctx, machines.Media{Kind: machines.MediaCD, Path: iso}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetBootOverride(ctx, drivers.BootCD, false); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := m.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	off := false
+	ok := testutil.Until(ctxTimeout(t, 3*time.Minute), func() bool {
+		s, err := m.PowerState(ctx)
+		off = err == nil && s == drivers.PowerOff
+		return off
+	})
+	took = time.Since(start)
+	if !ok {
+		t.Fatalf("the guest did not power off; console:\n%s", m.SerialLog())
+	}
+	return m, took
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff boots the ISO's
-// kernel and initramfs in QEMU (as a machine's direct boot mode does), and
-// checks that the ramdisk inside reaches the API on the host, reports the
+// kernel and initramfs in a QEMU machine's direct mode (from its virtual CD),
+// and checks that the ramdisk inside reaches the API on the host, reports the
 // VM's disk and NIC, wipes the disk and powers the VM off.
 func TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff(t *testing.T) {
 	api := &vmAPI{t: t, token: protocol.BootTokenPrefix + "vm-test-token"}
 	port := serveOnLoopback(t, api)
 	cfg := protocol.RamdiskBootConfig{APIURL: fmt.Sprintf("http://10.0.2.2:%d", port), Token: api.token, BootID: "boot-vm", Purpose: "provide"}
-	kernel, initrd, cmdline, _ := vmPieces(t, cfg)
-	disk := filepath.Join(t.TempDir(), "disk.raw")
-	writeVMDisk(t, disk)
+	iso := vmPieces(t, cfg)
 
 	api.mu.Lock()
 	api.start = time.Now()
 	api.mu.Unlock()
-	console, took := runQEMU(t, []string{
-		"-kernel", kernel, "-initrd", initrd, "-append", cmdline,
-		"-drive", "file=" + disk + ",if=virtio,format=raw",
-	})
+	m, took := bootMachine(t, iso, qemu.ModeDirect, func(p string) { writeVMDisk(t, p) })
+	console := string(m.SerialLog())
+	disk := m.DiskPath()
 
 	api.mu.Lock()
 	defer api.mu.Unlock()
@@ -256,6 +271,9 @@ func TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff(t *testing.T) {
 	}
 	if len(inv.NICs) != 1 || inv.NICs[0].MAC != vmMAC || inv.NICs[0].Driver != "virtio_net" {
 		t.Errorf("nics = %+v, want one virtio_net with %s", inv.NICs, vmMAC)
+	}
+	if inv.System.ProductUUID != vmInfo.UUID || inv.System.SerialNumber != vmInfo.SerialNumber || inv.System.Vendor != vmInfo.Manufacturer {
+		t.Errorf("system = %+v, want the machine's SMBIOS identity %+v", inv.System, vmInfo)
 	}
 	if inv.CPU.LogicalCPUs != 1 || inv.Memory.TotalBytes < 400*mib || inv.Memory.TotalBytes > 512*mib {
 		t.Errorf("cpu %+v, memory %d", inv.CPU, inv.Memory.TotalBytes)
@@ -299,13 +317,12 @@ func TestRamdiskISOBootsThroughSeaBIOS(t *testing.T) {
 	api := &vmAPI{t: t, token: protocol.BootTokenPrefix + "iso-test-token"}
 	port := serveOnLoopback(t, api)
 	cfg := protocol.RamdiskBootConfig{APIURL: fmt.Sprintf("http://10.0.2.2:%d", port), Token: api.token, Purpose: "inspect"}
-	_, _, _, iso := vmPieces(t, cfg)
-	disk := filepath.Join(t.TempDir(), "disk.raw")
-	writeVMDisk(t, disk)
+	iso := vmPieces(t, cfg)
 	api.mu.Lock()
 	api.start = time.Now()
 	api.mu.Unlock()
-	console, took := runQEMU(t, []string{"-cdrom", iso, "-boot", "d", "-drive", "file=" + disk + ",if=virtio,format=raw"})
+	m, took := bootMachine(t, iso, qemu.ModeISO, func(p string) { writeVMDisk(t, p) })
+	console := string(m.SerialLog())
 	api.mu.Lock()
 	defer api.mu.Unlock()
 	if api.inventory == nil || len(api.results) != 2 {
