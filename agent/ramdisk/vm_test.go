@@ -10,15 +10,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/better-compute/better-compute/agent/protocol"
-	"github.com/better-compute/better-compute/agent/ramdisk/image"
+	"github.com/better-compute/better-compute/agent/ramdisk/image/imagetest"
 	coreinv "github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/drivers"
 	"github.com/better-compute/better-compute/drivers/machines"
@@ -73,56 +71,12 @@ func writeVMDisk(t *testing.T, p string) {
 	}
 }
 
-// vmPieces builds what a site serves a machine: a static bcd, the base
-// initramfs, the boot's appendix, and the ISO of them.
+// vmPieces builds what a site serves a machine: the base pieces and the
+// ISO of one boot.
 func vmPieces(t *testing.T, cfg protocol.RamdiskBootConfig) (iso string) {
 	t.Helper()
-	kdir := image.DefaultKernelDir()
-	if _, _, err := image.FindKernel(kdir); err != nil {
-		t.Skipf("no kernel cache (run `make kernel`): %v", err)
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("no qemu-system-x86_64 (Debian package qemu-system-x86)")
-	}
-	for _, p := range []string{"/bin/busybox", image.DefaultIsolinuxBin} {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("%s is missing (Debian packages busybox-static, isolinux, syslinux-common): %v", p, err)
-		}
-	}
 	dir := t.TempDir()
-	bcd := filepath.Join(dir, "bcd")
-	start := time.Now()
-	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bcd, "github.com/better-compute/better-compute/cmd/bcd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static bcd: %v: %s", err, out)
-	}
-	t.Logf("static bcd built in %s", time.Since(start).Round(time.Millisecond))
-
-	start = time.Now()
-	base, err := image.BuildBase(context.Background(), image.Options{KernelDir: kdir, BCD: bcd, OutDir: filepath.Join(dir, "base")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := os.Stat(base.Initrd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("base initramfs (kernel %s, %d modules) built in %s: %.1f MiB", base.KernelVersion, len(base.Modules), time.Since(start).Round(time.Millisecond), float64(st.Size())/mib)
-
-	full, err := image.WithConfig(base.Initrd, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bootInitrd := filepath.Join(dir, "initrd-boot.img")
-	if err := os.WriteFile(bootInitrd, full, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	iso = filepath.Join(dir, "ramdisk.iso")
-	if err := image.ISO(context.Background(), image.ISOOptions{Kernel: base.Kernel, Initrd: bootInitrd, Out: iso}); err != nil {
-		t.Fatal(err)
-	}
-	return iso
+	return imagetest.ISO(t, imagetest.Base(t, dir), cfg, dir)
 }
 
 // vmAPI is the control plane as a booted ramdisk sees it: it checks the
