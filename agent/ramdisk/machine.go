@@ -78,8 +78,10 @@ func (Host) PowerOff(context.Context) error { return powerOff() }
 // boot hook: its inventory is a file's, wiping touches nothing, and power
 // off calls OnPowerOff.
 type Simulated struct {
-	// InventoryFile holds a NodeInventory v1 document.
+	// InventoryFile holds a NodeInventory v1 document; Document, when
+	// set, is used instead.
 	InventoryFile string
+	Document      *coreinv.NodeInventory
 	// OnPowerOff runs when the machine is told to power off; nil does
 	// nothing.
 	OnPowerOff func()
@@ -90,6 +92,13 @@ type Simulated struct {
 
 // Inventory reads and validates the inventory file.
 func (s *Simulated) Inventory(context.Context) (*coreinv.NodeInventory, error) {
+	if s.Document != nil {
+		inv := *s.Document
+		if err := inv.Validate(); err != nil {
+			return nil, err
+		}
+		return &inv, nil
+	}
 	b, err := os.ReadFile(s.InventoryFile)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@
 package image
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -390,4 +392,80 @@ func DefaultKernelDir() string {
 		return ""
 	}
 	return filepath.Join(home, ".cache", "better-compute", "kernel", "root")
+}
+
+// BootConfig finds the boot config in an initrd: the last
+// RamdiskBootConfigPath in its concatenated gzipped archives, as the
+// kernel's unpacking would leave it. ok is false when there is none.
+func BootConfig(initrd io.Reader) (cfg protocol.RamdiskBootConfig, ok bool, err error) {
+	br := bufio.NewReader(initrd)
+	zr, err := gzip.NewReader(br)
+	if err != nil {
+		return cfg, false, fmt.Errorf("image: initrd: %w", err)
+	}
+	want := strings.TrimPrefix(protocol.RamdiskBootConfigPath, "/")
+	for {
+		// One member at a time: each holds one archive.
+		zr.Multistream(false)
+		r := cpio.NewReader(zr)
+		for {
+			h, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return cfg, false, fmt.Errorf("image: initrd: %w", err)
+			}
+			if strings.TrimPrefix(h.Name, "/") != want {
+				continue
+			}
+			b, err := io.ReadAll(io.LimitReader(r, 1<<20))
+			if err != nil {
+				return cfg, false, fmt.Errorf("image: initrd: %w", err)
+			}
+			var c protocol.RamdiskBootConfig
+			if err := json.Unmarshal(b, &c); err != nil {
+				return cfg, false, fmt.Errorf("image: initrd: %s: %w", want, err)
+			}
+			cfg, ok = c, true
+		}
+		// The archive's trailer may leave padding in the member.
+		if _, err := io.Copy(io.Discard, zr); err != nil {
+			return cfg, false, fmt.Errorf("image: initrd: %w", err)
+		}
+		if err := zr.Reset(br); err != nil {
+			if errors.Is(err, io.EOF) {
+				return cfg, ok, nil
+			}
+			return cfg, false, fmt.Errorf("image: initrd: %w", err)
+		}
+	}
+}
+
+// ISOBootConfig reads the boot config out of an ISO's initrd (with
+// xorriso): what a machine booting the ISO would find.
+func ISOBootConfig(ctx context.Context, iso string) (protocol.RamdiskBootConfig, error) {
+	dir, err := os.MkdirTemp("", "bcd-iso-")
+	if err != nil {
+		return protocol.RamdiskBootConfig{}, fmt.Errorf("image: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	initrd := filepath.Join(dir, "initrd.img")
+	out, err := exec.CommandContext(ctx, "xorriso", "-osirrox", "on", "-indev", iso, "-extract", ISOInitrdPath, initrd).CombinedOutput()
+	if err != nil {
+		return protocol.RamdiskBootConfig{}, fmt.Errorf("image: xorriso extract %s: %w: %s", ISOInitrdPath, err, strings.TrimSpace(string(out)))
+	}
+	f, err := os.Open(initrd)
+	if err != nil {
+		return protocol.RamdiskBootConfig{}, fmt.Errorf("image: %w", err)
+	}
+	defer f.Close()
+	cfg, ok, err := BootConfig(f)
+	if err != nil {
+		return cfg, err
+	}
+	if !ok {
+		return cfg, fmt.Errorf("image: %s's initrd has no %s", iso, protocol.RamdiskBootConfigPath)
+	}
+	return cfg, nil
 }

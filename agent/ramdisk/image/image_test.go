@@ -264,6 +264,23 @@ func TestWithConfigAppendsASeparateArchive(t *testing.T) {
 	if err := json.Unmarshal(bj.data, &got); err != nil || got != cfg {
 		t.Errorf("boot.json = %s (%v), want %+v", bj.data, err, cfg)
 	}
+	// Reading the initrd back, as a simulated machine does, finds it; the
+	// base alone has none; a second appendix wins, as it would in the kernel.
+	if got, ok, err := image.BootConfig(bytes.NewReader(full)); err != nil || !ok || got != cfg {
+		t.Errorf("BootConfig = %+v, %v, %v", got, ok, err)
+	}
+	if _, ok, err := image.BootConfig(bytes.NewReader(b)); err != nil || ok {
+		t.Errorf("BootConfig of the base = %v, %v", ok, err)
+	}
+	later := cfg
+	later.Token = protocol.BootTokenPrefix + "second"
+	app2, err := image.Appendix(later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := image.BootConfig(bytes.NewReader(append(full, app2...))); err != nil || !ok || got != later {
+		t.Errorf("BootConfig with two appendices = %+v, %v, %v", got, ok, err)
+	}
 	// GNU cpio, which knows nothing of our writer, reads the appendix too.
 	if _, err := exec.LookPath("cpio"); err == nil {
 		zr, err := gzip.NewReader(bytes.NewReader(app))
@@ -322,6 +339,26 @@ func TestISOHoldsTheBootPiecesWhereDirectBootLooks(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(ex, "isolinux.cfg")); !strings.Contains(string(got), "APPEND "+cmdline) {
 		t.Errorf("isolinux.cfg = %q", got)
+	}
+	// The ISO of one boot gives its boot config back.
+	cfg := protocol.RamdiskBootConfig{APIURL: "http://127.0.0.1:1", Token: protocol.BootTokenPrefix + "iso", Purpose: "inspect"}
+	full, err := image.WithConfig(base.Initrd, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootInitrd := filepath.Join(t.TempDir(), "initrd-boot.img")
+	if err := os.WriteFile(bootInitrd, full, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bootISO := filepath.Join(t.TempDir(), "boot.iso")
+	if err := image.ISO(context.Background(), image.ISOOptions{Kernel: base.Kernel, Initrd: bootInitrd, Out: bootISO}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := image.ISOBootConfig(context.Background(), bootISO); err != nil || got != cfg {
+		t.Errorf("ISOBootConfig = %+v, %v", got, err)
+	}
+	if _, err := image.ISOBootConfig(context.Background(), out); err == nil {
+		t.Error("ISOBootConfig found a config in an ISO without one")
 	}
 	// El Torito: the image is bootable.
 	rep, err := exec.Command("xorriso", "-indev", out, "-report_el_torito", "plain").CombinedOutput()
