@@ -53,9 +53,11 @@ const (
 // and on common virtual hardware, when the kernel builds them as modules:
 // virtio NIC, disks and entropy, and the PC's IDE and SCSI disks. Their
 // dependencies are added from each module's own modinfo.
-var DefaultModules = []string{
-	"virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "virtio_rng",
-	"sd_mod", "ata_piix",
+func DefaultModules() []string {
+	return []string{
+		"virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "virtio_rng",
+		"sd_mod", "ata_piix",
+	}
 }
 
 // DefaultCmdline is the kernel command line of a ramdisk boot: the console
@@ -73,7 +75,7 @@ type Options struct {
 	// Busybox is a static busybox; "" means Debian's busybox-static at
 	// /bin/busybox.
 	Busybox string
-	// Modules to load at boot, in order; nil means DefaultModules. A
+	// Modules to load at boot, in order; nil means DefaultModules(). A
 	// module the kernel has built in is skipped.
 	Modules []string
 	// OutDir receives vmlinuz and initrd.img.
@@ -92,9 +94,9 @@ type Base struct {
 	Modules []string
 }
 
-// epoch is the modification time of every archived file, so that the same
-// inputs give the same bytes.
-var epoch = time.Unix(1, 0)
+// epochSeconds is the modification time of every archived file, so that
+// the same inputs give the same bytes.
+const epochSeconds = 1
 
 // BuildBase writes the kernel and the base initramfs into o.OutDir.
 func BuildBase(ctx context.Context, o Options) (*Base, error) {
@@ -107,7 +109,7 @@ func BuildBase(ctx context.Context, o Options) (*Base, error) {
 	}
 	modules := o.Modules
 	if modules == nil {
-		modules = DefaultModules
+		modules = DefaultModules()
 	}
 	kernel, version, err := FindKernel(o.KernelDir)
 	if err != nil {
@@ -288,7 +290,7 @@ func (a *archive) write(w io.Writer) error {
 		e := a.entries[n]
 		hdr := e.hdr
 		hdr.Name = strings.TrimPrefix(hdr.Name, "/")
-		hdr.ModTime = epoch
+		hdr.ModTime = time.Unix(epochSeconds, 0)
 		if hdr.Mode&cpio.ModeType == cpio.TypeSymlink {
 			hdr.Size = int64(len(hdr.Linkname))
 		}
