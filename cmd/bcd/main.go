@@ -32,6 +32,7 @@ func main() {
 	root.AddCommand(inventoryCommand())
 	root.AddCommand(nodeCommand())
 	root.AddCommand(siteCommand())
+	root.AddCommand(ramdiskCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "bcd:", err)
 		os.Exit(1)

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package ramdisk
+
+import "errors"
+
+var errNotLinux = errors.New("the ramdisk runs on Linux only")
+
+func wipeDisk(dev, sys, name string) (int, error) { return 0, errNotLinux }
+
+func powerOff() error { return errNotLinux }
