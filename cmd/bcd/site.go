@@ -16,7 +16,10 @@ import (
 // siteCommand is `bcd site`: the site agent. It holds the site's boot lease
 // and, while it does, serves the site's Temporal task queue.
 func siteCommand() *cobra.Command {
-	var o site.Options
+	var (
+		o                        site.Options
+		kernel, ramdisk, cmdline string
+	)
 	cmd := &cobra.Command{
 		Use:   "site",
 		Short: "The site agent: hold the site's lease and serve its Temporal task queue",
@@ -37,6 +40,13 @@ func siteCommand() *cobra.Command {
 				}
 				o.Holder = host + "-" + strconv.Itoa(os.Getpid())
 			}
+			if kernel != "" || ramdisk != "" {
+				images, err := site.NewRamdiskImages(kernel, ramdisk, cmdline)
+				if err != nil {
+					return err
+				}
+				o.Boot.Images = images
+			}
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -47,5 +57,12 @@ func siteCommand() *cobra.Command {
 	f.StringVar(&o.APIURL, "api", "", "the API's base URL, e.g. https://compute.example.com")
 	f.StringVar(&o.Token, "token", "", "the site token (bcst_…; default $BCD_SITE_TOKEN)")
 	f.StringVar(&o.Holder, "holder", "", "this instance's id, the lease holder (default hostname-pid)")
+	f.StringVar(&o.Boot.Listen, "boot-listen", "", "the boot server's address, e.g. :8081 (none when empty: no ramdisk boots)")
+	f.StringVar(&o.Boot.URL, "boot-url", "", "how machines and BMCs reach the boot server (default http://<boot-listen>)")
+	f.StringVar(&o.Boot.MachineAPIURL, "machine-api-url", "", "how a booted ramdisk reaches the API (default --api)")
+	f.StringVar(&o.Boot.Dir, "boot-dir", "", "where the boots' pieces are cached (default a temporary directory)")
+	f.StringVar(&kernel, "kernel", "", "the ramdisk's kernel image (make ramdisk)")
+	f.StringVar(&ramdisk, "ramdisk", "", "the ramdisk's base initramfs (make ramdisk)")
+	f.StringVar(&cmdline, "kernel-cmdline", "", "the ramdisk's kernel command line (default the image package's)")
 	return cmd
 }
