@@ -44,6 +44,11 @@ type siteAPI struct {
 	nodes  map[string]protocol.SiteBMCCredentialsResult
 	boots  map[string]protocol.SiteBootTokenResult
 
+	// temporal is what register answers (Run's tests); taken makes it
+	// answer that another agent holds the lease.
+	temporal protocol.SiteTemporal
+	taken    atomic.Bool
+
 	mu          sync.Mutex
 	credCalls   map[string]int
 	minted      map[string]int
@@ -59,6 +64,10 @@ func newSiteAPI(siteID string, epoch int64) *siteAPI {
 
 func (a *siteAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	if r.URL.Path == protocol.SiteRegisterPath || r.URL.Path == protocol.SiteRenewPath {
+		a.lease(w, r.URL.Path, body)
+		return
+	}
 	var auth protocol.SiteAuth
 	if err := json.Unmarshal(body, &auth); err != nil {
 		writeAPIError(w, core.Errorf(core.CodeInvalidInput, "bad body"))
@@ -105,6 +114,23 @@ func (a *siteAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// lease answers register (the current epoch) and renew (CONFLICT once
+// the epoch moved on, as when another agent took the lease).
+func (a *siteAPI) lease(w http.ResponseWriter, path string, body []byte) {
+	var req protocol.SiteRenewRequest
+	if err := json.Unmarshal(body, &req); err != nil || req.Token != testSiteToken {
+		writeAPIError(w, core.Errorf(core.CodeUnauthn, "unknown site token"))
+		return
+	}
+	epoch := a.epoch.Load()
+	if a.taken.Load() || (path == protocol.SiteRenewPath && req.Epoch != epoch) {
+		writeAPIError(w, core.Errorf(core.CodeConflict, "the site lease is held by another agent"))
+		return
+	}
+	_ = json.NewEncoder(w).Encode(protocol.SiteResult{SiteID: a.siteID, TaskQueue: protocol.SiteTaskQueue(a.siteID),
+		Temporal: a.temporal, Lease: protocol.SiteLease{Name: "site:" + a.siteID + ":boot", Epoch: epoch, TTLMs: 1500}})
 }
 
 func writeAPIError(w http.ResponseWriter, e *core.Error) {
