@@ -1,0 +1,54 @@
+package drivers
+
+import "runtime/debug"
+
+// Info describes one driver for drivers.list.
+type Info struct {
+	Name     string `json:"name"`
+	Protocol string `json:"protocol"`
+	// Library is the Go module the driver is built on, at Version.
+	Library  string    `json:"library"`
+	Version  string    `json:"version"`
+	Concerns []Concern `json:"concerns"`
+}
+
+// BMCLibModule is the module both drivers are built on; BMCLibVersion is
+// its version as go.mod pins it, answered where the binary does not link
+// the module (the API server lists drivers it does not run). A test of
+// drivers/bmc holds it to the linked version.
+const (
+	BMCLibModule  = "github.com/bmc-toolbox/bmclib/v2"
+	BMCLibVersion = "v2.3.5"
+)
+
+// catalog is the drivers the site agent runs and the concerns each
+// implements; a test of drivers/bmc holds it to the implementations.
+var catalog = []Info{
+	{Name: DriverRedfish, Protocol: "redfish", Library: BMCLibModule, Concerns: []Concern{
+		ConcernPower, ConcernManagement, ConcernBoot, ConcernVirtualMedia, ConcernInspect, ConcernConsole, ConcernBIOS, ConcernFirmware}},
+	{Name: DriverIPMI, Protocol: "ipmi", Library: BMCLibModule, Concerns: []Concern{
+		ConcernPower, ConcernManagement, ConcernBoot}},
+}
+
+// Catalog lists the drivers, their versions and concerns. The version is
+// the linked module's where the build records it.
+func Catalog() []Info {
+	version := BMCLibVersion
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == BMCLibModule {
+				version = m.Version
+				if m.Replace != nil {
+					version = m.Replace.Version
+				}
+			}
+		}
+	}
+	out := make([]Info, len(catalog))
+	for i, d := range catalog {
+		d.Version = version
+		d.Concerns = append([]Concern(nil), d.Concerns...)
+		out[i] = d
+	}
+	return out
+}
