@@ -17,16 +17,21 @@ import (
 
 // BMC is what the metal activities call: every concern the site serves,
 // resolved per machine from its bindings (with read-back, failover and
-// the per-BMC and per-site limits) by the drivers' manager.
+// the per-BMC and per-site limits) by drivers.Registry. Each call also
+// answers the name of the driver that served it.
 type BMC interface {
-	drivers.PowerDriver
-	drivers.ManagementDriver
-	drivers.BootDriver
-	drivers.VirtualMediaDriver
-	drivers.InspectDriver
-	drivers.ConsoleDriver
-	drivers.BIOSDriver
+	PowerState(ctx context.Context, m drivers.Machine) (drivers.PowerState, string, error)
+	SetPower(ctx context.Context, m drivers.Machine, a drivers.PowerAction) (drivers.PowerState, string, error)
+	Verify(ctx context.Context, m drivers.Machine) (drivers.BMCInfo, string, error)
+	SetBootDevice(ctx context.Context, m drivers.Machine, d drivers.BootDevice, persistent bool) (string, error)
+	InsertMedia(ctx context.Context, m drivers.Machine, media drivers.Media) (string, error)
+	EjectMedia(ctx context.Context, m drivers.Machine) (string, error)
+	Inspect(ctx context.Context, m drivers.Machine) (drivers.HardwareSummary, string, error)
+	ConsoleLog(ctx context.Context, m drivers.Machine, maxBytes int) ([]byte, string, error)
+	ResetBIOS(ctx context.Context, m drivers.Machine) (string, error)
 }
+
+var _ BMC = (*drivers.Registry)(nil)
 
 // The ways a ramdisk boot starts (metal.BootRequest.Via).
 const (
@@ -187,9 +192,9 @@ func bmcError(what string, err error) error {
 	return temporal.NewApplicationError(msg, metal.ErrTypeBMCUnreachable)
 }
 
-// servedBy names the driver that serves concern c for m: its binding, or
-// the first protocol with an endpoint (the drivers' default order).
-func servedBy(m drivers.Machine, c drivers.Concern) string {
+// boundTo names the driver bound to concern c for m, or the first
+// protocol with an endpoint (the registry's order) when none is bound.
+func boundTo(m drivers.Machine, c drivers.Concern) string {
 	if d := m.Bindings[c]; d != "" {
 		return d
 	}
@@ -203,15 +208,12 @@ func servedBy(m drivers.Machine, c drivers.Concern) string {
 func (s *metalActivities) VerifyBMC(ctx context.Context, ref metal.MachineRef) (metal.BMCStatus, error) {
 	var out metal.BMCStatus
 	err := s.call(ctx, ref, func(ctx context.Context, m drivers.Machine) error {
-		info, err := s.bmc.Verify(ctx, m)
+		info, served, err := s.bmc.Verify(ctx, m)
 		if err != nil {
 			return bmcError("verify the BMC", err)
 		}
-		out = metal.BMCStatus{Driver: info.Driver, Manufacturer: info.Manufacturer, Model: info.Model,
+		out = metal.BMCStatus{Driver: served, Manufacturer: info.Manufacturer, Model: info.Model,
 			Firmware: info.Firmware, Power: string(info.Power)}
-		if out.Driver == "" {
-			out.Driver = servedBy(m, drivers.ConcernManagement)
-		}
 		return nil
 	})
 	return out, err
@@ -229,18 +231,19 @@ func (s *metalActivities) Power(ctx context.Context, r metal.PowerRequest) (meta
 	}
 	err := s.call(ctx, r.Machine, func(ctx context.Context, m drivers.Machine) error {
 		var (
-			ps  drivers.PowerState
-			err error
+			ps     drivers.PowerState
+			served string
+			err    error
 		)
 		if r.Action == "status" {
-			ps, err = s.bmc.PowerState(ctx, m)
+			ps, served, err = s.bmc.PowerState(ctx, m)
 		} else {
-			ps, err = s.bmc.SetPower(ctx, m, drivers.PowerAction(r.Action))
+			ps, served, err = s.bmc.SetPower(ctx, m, drivers.PowerAction(r.Action))
 		}
 		if err != nil {
 			return bmcError("power "+r.Action, err)
 		}
-		out = metal.PowerResult{Power: string(ps), Driver: servedBy(m, drivers.ConcernPower)}
+		out = metal.PowerResult{Power: string(ps), Driver: served}
 		return nil
 	})
 	return out, err
@@ -251,7 +254,7 @@ func (s *metalActivities) Power(ctx context.Context, r metal.PowerRequest) (meta
 func (s *metalActivities) InspectOOB(ctx context.Context, ref metal.MachineRef) (metal.InspectOOBResult, error) {
 	var out metal.InspectOOBResult
 	err := s.call(ctx, ref, func(ctx context.Context, m drivers.Machine) error {
-		hw, err := s.bmc.Inspect(ctx, m)
+		hw, _, err := s.bmc.Inspect(ctx, m)
 		if errors.Is(err, drivers.ErrUnsupported) {
 			return nil
 		}
@@ -285,18 +288,18 @@ func (s *metalActivities) BootRamdisk(ctx context.Context, r metal.BootRequest) 
 		}
 		switch via {
 		case ViaVirtualMedia:
-			if err := s.bmc.InsertMedia(ctx, m, drivers.Media{URL: s.boot.isoURL(b.id), Kind: "cd"}); err != nil {
+			if _, err := s.bmc.InsertMedia(ctx, m, drivers.Media{URL: s.boot.isoURL(b.id), Kind: "cd"}); err != nil {
 				return bmcError("insert the ramdisk's virtual media", err)
 			}
-			if err := s.bmc.SetBootDevice(ctx, m, drivers.BootCD, false); err != nil {
+			if _, err := s.bmc.SetBootDevice(ctx, m, drivers.BootCD, false); err != nil {
 				return bmcError("set the boot device to cd once", err)
 			}
 		case ViaPXE:
-			if err := s.bmc.SetBootDevice(ctx, m, drivers.BootPXE, false); err != nil {
+			if _, err := s.bmc.SetBootDevice(ctx, m, drivers.BootPXE, false); err != nil {
 				return bmcError("set the boot device to pxe once", err)
 			}
 		}
-		ps, err := s.bmc.PowerState(ctx, m)
+		ps, _, err := s.bmc.PowerState(ctx, m)
 		if err != nil {
 			return bmcError("read the power state", err)
 		}
@@ -304,7 +307,7 @@ func (s *metalActivities) BootRamdisk(ctx context.Context, r metal.BootRequest) 
 		if ps == drivers.PowerOn {
 			action = drivers.ActionReset
 		}
-		if ps, err = s.bmc.SetPower(ctx, m, action); err != nil {
+		if ps, _, err = s.bmc.SetPower(ctx, m, action); err != nil {
 			return bmcError("power "+string(action), err)
 		}
 		out = metal.BootResult{Via: via, Power: string(ps)}
@@ -319,7 +322,7 @@ func chooseVia(r metal.BootRequest, m drivers.Machine) (string, error) {
 	via := r.Via
 	if via == "" {
 		via = ViaPXE
-		if m.Redfish != nil && servedBy(m, drivers.ConcernVirtualMedia) == drivers.DriverRedfish {
+		if m.Redfish != nil && boundTo(m, drivers.ConcernVirtualMedia) == drivers.DriverRedfish {
 			via = ViaVirtualMedia
 		}
 	}
@@ -373,7 +376,7 @@ func (s *metalActivities) register(ctx context.Context, r metal.BootRequest, via
 func (s *metalActivities) EndBoot(ctx context.Context, r metal.EndBootRequest) error {
 	return s.call(ctx, r.Machine, func(ctx context.Context, m drivers.Machine) error {
 		if m.Redfish != nil || m.Bindings[drivers.ConcernVirtualMedia] != "" {
-			if err := s.bmc.EjectMedia(ctx, m); err != nil && !errors.Is(err, drivers.ErrUnsupported) {
+			if _, err := s.bmc.EjectMedia(ctx, m); err != nil && !errors.Is(err, drivers.ErrUnsupported) {
 				return bmcError("eject the virtual media", err)
 			}
 		}
@@ -381,7 +384,7 @@ func (s *metalActivities) EndBoot(ctx context.Context, r metal.EndBootRequest) e
 			s.boot.unregister(r.BootID)
 		}
 		if r.PowerOff {
-			if _, err := s.bmc.SetPower(ctx, m, drivers.ActionOff); err != nil {
+			if _, _, err := s.bmc.SetPower(ctx, m, drivers.ActionOff); err != nil {
 				return bmcError("power off", err)
 			}
 		}
@@ -394,7 +397,7 @@ func (s *metalActivities) EndBoot(ctx context.Context, r metal.EndBootRequest) e
 func (s *metalActivities) ResetBIOS(ctx context.Context, ref metal.MachineRef) (metal.ResetBIOSResult, error) {
 	var out metal.ResetBIOSResult
 	err := s.call(ctx, ref, func(ctx context.Context, m drivers.Machine) error {
-		err := s.bmc.ResetBIOS(ctx, m)
+		_, err := s.bmc.ResetBIOS(ctx, m)
 		if errors.Is(err, drivers.ErrUnsupported) {
 			return nil
 		}
@@ -415,7 +418,7 @@ func (s *metalActivities) ConsoleLog(ctx context.Context, r metal.ConsoleLogRequ
 	}
 	var out []byte
 	err := s.call(ctx, r.Machine, func(ctx context.Context, m drivers.Machine) error {
-		b, err := s.bmc.ConsoleLog(ctx, m, n)
+		b, _, err := s.bmc.ConsoleLog(ctx, m, n)
 		if err != nil {
 			return bmcError("read the console", err)
 		}

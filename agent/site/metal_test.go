@@ -179,18 +179,26 @@ func (p *bmcPeer) enter(name string, m drivers.Machine) error {
 	return nil
 }
 
-func (p *bmcPeer) PowerState(_ context.Context, m drivers.Machine) (drivers.PowerState, error) {
+// served is the driver the registry would pick for m.
+func served(m drivers.Machine) string {
+	if m.Redfish != nil {
+		return drivers.DriverRedfish
+	}
+	return drivers.DriverIPMI
+}
+
+func (p *bmcPeer) PowerState(_ context.Context, m drivers.Machine) (drivers.PowerState, string, error) {
 	if err := p.enter("PowerState", m); err != nil {
-		return drivers.PowerUnknown, err
+		return drivers.PowerUnknown, "", err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.power, nil
+	return p.power, served(m), nil
 }
 
-func (p *bmcPeer) SetPower(ctx context.Context, m drivers.Machine, a drivers.PowerAction) (drivers.PowerState, error) {
+func (p *bmcPeer) SetPower(ctx context.Context, m drivers.Machine, a drivers.PowerAction) (drivers.PowerState, string, error) {
 	if err := p.enter("SetPower:"+string(a), m); err != nil {
-		return drivers.PowerUnknown, err
+		return drivers.PowerUnknown, "", err
 	}
 	if p.block != nil {
 		if p.entered != nil {
@@ -199,7 +207,7 @@ func (p *bmcPeer) SetPower(ctx context.Context, m drivers.Machine, a drivers.Pow
 		select {
 		case <-p.block:
 		case <-ctx.Done():
-			return drivers.PowerUnknown, fmt.Errorf("%w: %w", drivers.ErrUnreachable, ctx.Err())
+			return drivers.PowerUnknown, "", fmt.Errorf("%w: %w", drivers.ErrUnreachable, ctx.Err())
 		}
 	}
 	p.mu.Lock()
@@ -209,82 +217,82 @@ func (p *bmcPeer) SetPower(ctx context.Context, m drivers.Machine, a drivers.Pow
 	} else {
 		p.power = drivers.PowerOn
 	}
-	return p.power, nil
+	return p.power, served(m), nil
 }
 
-func (p *bmcPeer) Verify(_ context.Context, m drivers.Machine) (drivers.BMCInfo, error) {
+func (p *bmcPeer) Verify(_ context.Context, m drivers.Machine) (drivers.BMCInfo, string, error) {
 	if err := p.enter("Verify", m); err != nil {
-		return drivers.BMCInfo{}, err
+		return drivers.BMCInfo{}, "", err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return drivers.BMCInfo{Driver: drivers.DriverRedfish, Manufacturer: "Emulated", Model: "E1", Power: p.power}, nil
+	return drivers.BMCInfo{Driver: served(m), Manufacturer: "Emulated", Model: "E1", Power: p.power}, served(m), nil
 }
 
-func (p *bmcPeer) SetBootDevice(_ context.Context, m drivers.Machine, d drivers.BootDevice, persistent bool) error {
+func (p *bmcPeer) SetBootDevice(_ context.Context, m drivers.Machine, d drivers.BootDevice, persistent bool) (string, error) {
 	if err := p.enter(fmt.Sprintf("SetBootDevice:%s:%t", d, persistent), m); err != nil {
-		return err
+		return "", err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.boot = d
-	return nil
+	return served(m), nil
 }
 
-func (p *bmcPeer) InsertMedia(ctx context.Context, m drivers.Machine, media drivers.Media) error {
+func (p *bmcPeer) InsertMedia(ctx context.Context, m drivers.Machine, media drivers.Media) (string, error) {
 	if err := p.enter("InsertMedia:"+media.Kind, m); err != nil {
-		return err
+		return "", err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, media.URL, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("fetch the image: %w", err)
+		return "", fmt.Errorf("fetch the image: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("fetch the image: HTTP %d %v", resp.StatusCode, err)
+		return "", fmt.Errorf("fetch the image: HTTP %d %v", resp.StatusCode, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.media, p.fetched = media.URL, b
-	return nil
+	return served(m), nil
 }
 
-func (p *bmcPeer) EjectMedia(_ context.Context, m drivers.Machine) error {
+func (p *bmcPeer) EjectMedia(_ context.Context, m drivers.Machine) (string, error) {
 	if err := p.enter("EjectMedia", m); err != nil {
-		return err
+		return "", err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.media, p.fetched = "", nil
-	return nil
+	return served(m), nil
 }
 
-func (p *bmcPeer) Inspect(_ context.Context, m drivers.Machine) (drivers.HardwareSummary, error) {
+func (p *bmcPeer) Inspect(_ context.Context, m drivers.Machine) (drivers.HardwareSummary, string, error) {
 	if err := p.enter("Inspect", m); err != nil {
-		return drivers.HardwareSummary{}, err
+		return drivers.HardwareSummary{}, "", err
 	}
 	return drivers.HardwareSummary{Manufacturer: "Emulated", Model: "E1", SerialNumber: "SN1", UUID: "u-1",
-		MACs: []string{"52:54:00:00:00:01"}}, nil
+		MACs: []string{"52:54:00:00:00:01"}}, served(m), nil
 }
 
-func (p *bmcPeer) ConsoleLog(_ context.Context, m drivers.Machine, maxBytes int) ([]byte, error) {
+func (p *bmcPeer) ConsoleLog(_ context.Context, m drivers.Machine, maxBytes int) ([]byte, string, error) {
 	if err := p.enter("ConsoleLog", m); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	b := bytes.Repeat([]byte("console line\n"), 10)
 	if len(b) > maxBytes {
 		b = b[len(b)-maxBytes:]
 	}
-	return b, nil
+	return b, served(m), nil
 }
 
-func (p *bmcPeer) ResetBIOS(_ context.Context, m drivers.Machine) error {
-	return p.enter("ResetBIOS", m)
+func (p *bmcPeer) ResetBIOS(_ context.Context, m drivers.Machine) (string, error) {
+	return served(m), p.enter("ResetBIOS", m)
 }
 
 func (p *bmcPeer) takeCalls() []string {

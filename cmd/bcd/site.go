@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/better-compute/better-compute/agent/site"
+	"github.com/better-compute/better-compute/drivers"
+	"github.com/better-compute/better-compute/drivers/bmc"
 )
 
 // siteCommand is `bcd site`: the site agent. It holds the site's boot lease
@@ -19,6 +21,7 @@ func siteCommand() *cobra.Command {
 	var (
 		o                        site.Options
 		kernel, ramdisk, cmdline string
+		limits                   drivers.Limits
 	)
 	cmd := &cobra.Command{
 		Use:   "site",
@@ -48,6 +51,9 @@ func siteCommand() *cobra.Command {
 				o.Boot.Images = images
 			}
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			// Redfish first: it serves every concern; IPMI is the failover
+			// for power and boot.
+			o.BMC = drivers.NewRegistry(limits, o.Logger, bmc.NewRedfish(bmc.RedfishOptions{}), bmc.NewIPMI(bmc.IPMIOptions{}))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return site.Run(ctx, o)
@@ -63,6 +69,8 @@ func siteCommand() *cobra.Command {
 	f.StringVar(&o.Boot.Dir, "boot-dir", "", "where the boots' pieces are cached (default a temporary directory)")
 	f.StringVar(&kernel, "kernel", "", "the ramdisk's kernel image (make ramdisk)")
 	f.StringVar(&ramdisk, "ramdisk", "", "the ramdisk's base initramfs (make ramdisk)")
+	f.IntVar(&limits.PerBMC, "bmc-sessions", 1, "calls in flight to one BMC at most")
+	f.IntVar(&limits.PerSite, "bmc-site-calls", 16, "BMC calls in flight across the site at most")
 	f.StringVar(&cmdline, "kernel-cmdline", "", "the ramdisk's kernel command line (default the image package's)")
 	return cmd
 }
