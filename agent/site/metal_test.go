@@ -432,22 +432,22 @@ func get(t *testing.T, url string, header ...string) (int, []byte, http.Header) 
 // isoFile extracts one file of an ISO with xorriso.
 func isoFile(t *testing.T, iso []byte, path string) []byte {
 	t.Helper()
-	if _, err := exec.LookPath("xorriso"); err != nil {
-		t.Skip("xorriso is not installed (Debian package xorriso)")
-	}
-	dir := t.TempDir()
-	in, out := filepath.Join(dir, "x.iso"), filepath.Join(dir, "out")
-	if err := os.WriteFile(in, iso, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := exec.Command("xorriso", "-osirrox", "on", "-indev", in, "-extract", path, out).CombinedOutput(); err != nil {
-		t.Fatalf("xorriso extract %s: %v: %s", path, err, b)
-	}
-	b, err := os.ReadFile(out)
+	b, err := extractISO(t.TempDir(), iso, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func extractISO(dir string, iso []byte, path string) ([]byte, error) {
+	in, out := filepath.Join(dir, "x.iso"), filepath.Join(dir, "out")
+	if err := os.WriteFile(in, iso, 0o600); err != nil {
+		return nil, err
+	}
+	if b, err := exec.Command("xorriso", "-osirrox", "on", "-indev", in, "-extract", path, out).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("xorriso extract %s: %w: %s", path, err, b)
+	}
+	return os.ReadFile(out)
 }
 
 func requireISOTools(t *testing.T) {
