@@ -265,6 +265,11 @@ func (bs *bootServer) handler() http.Handler {
 		serveFile(w, r, b.initrd, "application/octet-stream")
 	})
 	mux.HandleFunc("GET /boot/mac/{mac}/{piece}", bs.serveMAC)
+	// What dnsmasq hands iPXE: chain to the machine's own script, by MAC.
+	mux.HandleFunc("GET /boot/ipxe", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "#!ipxe\nchain %s/boot/mac/${net0/mac}/ipxe\n", bs.url)
+	})
 	return mux
 }
 

@@ -683,6 +683,11 @@ func TestBootServerUnknownAndDiscovery(t *testing.T) {
 		t.Fatal("the discovery token is in the logs")
 	}
 
+	if code, s, _ := get(t, r.bootURL+"/boot/ipxe"); code != http.StatusOK ||
+		string(s) != "#!ipxe\nchain "+r.bootURL+"/boot/mac/${net0/mac}/ipxe\n" {
+		t.Fatalf("GET /boot/ipxe = %d %q", code, s)
+	}
+
 	r.boot.endTerm()
 	if code, _, _ := get(t, base+"/boot.json"); code != http.StatusServiceUnavailable {
 		t.Fatalf("GET boot.json between terms = %d, want 503", code)

@@ -59,6 +59,7 @@ func siteCommand() *cobra.Command {
 			return site.Run(ctx, o)
 		},
 	}
+	cmd.AddCommand(dnsmasqConfigCommand())
 	f := cmd.Flags()
 	f.StringVar(&o.APIURL, "api", "", "the API's base URL, e.g. https://compute.example.com")
 	f.StringVar(&o.Token, "token", "", "the site token (bcst_…; default $BCD_SITE_TOKEN)")
@@ -72,5 +73,30 @@ func siteCommand() *cobra.Command {
 	f.IntVar(&limits.PerBMC, "bmc-sessions", 1, "calls in flight to one BMC at most")
 	f.IntVar(&limits.PerSite, "bmc-site-calls", 16, "BMC calls in flight across the site at most")
 	f.StringVar(&cmdline, "kernel-cmdline", "", "the ramdisk's kernel command line (default the image package's)")
+	return cmd
+}
+
+// dnsmasqConfigCommand prints the dnsmasq configuration of a site's PXE
+// boots: DHCP and TFTP hand machines iPXE, iPXE the boot server's script.
+func dnsmasqConfigCommand() *cobra.Command {
+	var o site.DnsmasqOptions
+	cmd := &cobra.Command{
+		Use:   "dnsmasq-config",
+		Short: "Print a dnsmasq configuration that network-boots the site's machines from the boot server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := site.DnsmasqConfig(o)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), cfg)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.BootURL, "boot-url", "", "the boot server as the machines reach it (bcd site --boot-url)")
+	f.StringVar(&o.Interface, "interface", "", "the machines' network interface")
+	f.StringVar(&o.Range, "dhcp-range", "", `dnsmasq's dhcp-range, e.g. "10.0.0.100,10.0.0.200,12h" or "10.0.0.0,proxy"`)
+	f.StringVar(&o.TFTPRoot, "tftp-root", "/usr/lib/ipxe", "where undionly.kpxe and ipxe.efi lie")
 	return cmd
 }
