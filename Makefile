@@ -13,7 +13,7 @@ FUZZ_TIME ?= 20s
 # go-nvml's cgo preamble uses NVML calls its headers mark deprecated.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run test lint bench clean
+.PHONY: all build run test lint bench clean kernel ramdisk
 
 all: build
 
@@ -25,8 +25,8 @@ build:
 run: build
 	./bin/better-compute dev
 
-test:
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+test: kernel
+	BETTER_COMPUTE_KERNEL_DIR=$(KERNEL_DIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzEnvelope$$' -fuzztime $(FUZZ_TIME) ./api/
 
 # gofmt, vet, and the direction of imports (tools/importcheck holds the rules).
@@ -40,3 +40,27 @@ bench:
 
 clean:
 	rm -rf bin
+
+# The ramdisk's kernel: Debian's cloud kernel (virtio drivers as modules, no
+# hardware drivers to probe, so it boots fastest under TCG), fetched once with
+# apt-get download into a cache outside the tree and unpacked with dpkg -x.
+# Tests read it and never fetch it.
+KERNEL_CACHE   ?= $(HOME)/.cache/better-compute/kernel
+KERNEL_FLAVOUR ?= cloud-amd64
+KERNEL_DIR     := $(KERNEL_CACHE)/root
+kernel: $(KERNEL_DIR)/.unpacked
+
+$(KERNEL_DIR)/.unpacked:
+	@set -e; mkdir -p $(KERNEL_CACHE); cd $(KERNEL_CACHE); \
+	pkg=$$(apt-cache depends linux-image-$(KERNEL_FLAVOUR) | awk '/Depends: linux-image-/{print $$2; exit}'); \
+	if [ -z "$$pkg" ]; then echo "kernel: apt-cache knows no linux-image-$(KERNEL_FLAVOUR) (run apt-get update)"; exit 1; fi; \
+	rm -rf dl root.tmp; mkdir dl; (cd dl && apt-get download "$$pkg"); \
+	dpkg -x dl/*.deb root.tmp; rm -rf root dl; mv root.tmp root; touch root/.unpacked; \
+	echo "kernel: $$pkg in $(KERNEL_DIR)"
+
+# The ramdisk's base boot pieces (vmlinuz, initrd.img) in $(RAMDISK_OUT),
+# with a static bcd: the ramdisk has no libc for cgo's NVML.
+RAMDISK_OUT ?= bin/ramdisk
+ramdisk: kernel
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(RAMDISK_OUT)/bcd ./cmd/bcd
+	$(GO) run ./tools/ramdisk -kernel-dir $(KERNEL_DIR) -bcd $(RAMDISK_OUT)/bcd -out $(RAMDISK_OUT)

@@ -374,3 +374,20 @@ func copyFile(dst, src string, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// KernelDirEnv names the environment variable that points tests and tools
+// at the unpacked kernel package (`make kernel` sets it for `make test`).
+const KernelDirEnv = "BETTER_COMPUTE_KERNEL_DIR"
+
+// DefaultKernelDir is where `make kernel` unpacks the kernel package:
+// $BETTER_COMPUTE_KERNEL_DIR, else ~/.cache/better-compute/kernel/root.
+func DefaultKernelDir() string {
+	if d := os.Getenv(KernelDirEnv); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "better-compute", "kernel", "root")
+}

@@ -298,6 +298,9 @@ func TestISOHoldsTheBootPiecesWhereDirectBootLooks(t *testing.T) {
 	if err := image.ISO(context.Background(), image.ISOOptions{Kernel: base.Kernel, Initrd: base.Initrd, Cmdline: cmdline, Out: out}); err != nil {
 		t.Fatal(err)
 	}
+	if st, err := os.Stat(out); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the ISO (it holds a boot token) is %v, %v; want mode 0600", st.Mode(), err)
+	}
 	ex := t.TempDir()
 	cmd := exec.Command("xorriso", "-osirrox", "on", "-indev", out, "-extract", "/boot", filepath.Join(ex, "boot"),
 		"-extract", "/isolinux/isolinux.cfg", filepath.Join(ex, "isolinux.cfg"))

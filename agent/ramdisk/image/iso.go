@@ -54,6 +54,8 @@ func ISO(ctx context.Context, o ISOOptions) error {
 		return fmt.Errorf("image: ISO needs xorriso (Debian package xorriso): %w", err)
 	}
 
+	// The initrd of a boot holds its token: the staging directory and the
+	// image are readable by their owner only.
 	stage, err := os.MkdirTemp(filepath.Dir(o.Out), ".iso-stage-")
 	if err != nil {
 		return fmt.Errorf("image: %w", err)
@@ -71,7 +73,7 @@ func ISO(ctx context.Context, o ISOOptions) error {
 		{ldlinux, "/isolinux/ldlinux.c32"},
 	}
 	for _, c := range copies {
-		if err := copyFile(filepath.Join(stage, c.dst), c.src, 0o644); err != nil {
+		if err := copyFile(filepath.Join(stage, c.dst), c.src, 0o600); err != nil {
 			if errors.Is(err, os.ErrNotExist) && (c.src == isolinux || c.src == ldlinux) {
 				return fmt.Errorf("image: ISO needs Debian's isolinux and syslinux-common packages: %w", err)
 			}
@@ -98,6 +100,10 @@ func ISO(ctx context.Context, o ISOOptions) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("image: xorriso: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("image: %w", err)
 	}
 	if err := os.Rename(tmp, o.Out); err != nil {
 		return fmt.Errorf("image: %w", err)

@@ -91,6 +91,10 @@ type BMC struct {
 	addr string
 	srv  *http.Server
 
+	// ops serialises the writes that drive the machine, as a BMC runs one
+	// power or media operation at a time.
+	ops sync.Mutex
+
 	mu          sync.Mutex
 	faults      Faults
 	counts      map[string]int
@@ -606,6 +610,8 @@ func (b *BMC) resetActionInfo() map[string]any {
 // patchSystem applies a Boot override change (the system's one writable
 // part here), honouring If-Match.
 func (b *BMC) patchSystem(w http.ResponseWriter, r *http.Request) {
+	b.ops.Lock()
+	defer b.ops.Unlock()
 	if preconditionFails(w, r, b.system(r.Context())) {
 		return
 	}
@@ -687,6 +693,8 @@ func (b *BMC) patchSystem(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b *BMC) resetSystem(w http.ResponseWriter, r *http.Request) {
+	b.ops.Lock()
+	defer b.ops.Unlock()
 	var body struct{ ResetType string }
 	if !decodeBody(w, r, &body) {
 		return
@@ -836,6 +844,10 @@ func slotSpec(id string) (mediaSlotSpec, bool) {
 }
 
 func (b *BMC) routeVirtualMedia(w http.ResponseWriter, r *http.Request, rest string) {
+	if r.Method != http.MethodGet {
+		b.ops.Lock()
+		defer b.ops.Unlock()
+	}
 	id, action, hasAction := strings.Cut(rest, "/Actions/")
 	spec, ok := slotSpec(id)
 	if !ok {

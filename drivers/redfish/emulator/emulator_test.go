@@ -14,7 +14,6 @@ import (
 	"time"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
-	"github.com/go-logr/logr"
 	"github.com/stmcginnis/gofish"
 
 	"github.com/better-compute/better-compute/drivers"
@@ -115,7 +114,6 @@ func TestBmclibDrivesTheService(t *testing.T) {
 	defer cancel()
 
 	client := bmclib.NewClient("127.0.0.1", user, pass,
-		bmclib.WithLogger(logr.Discard()),
 		bmclib.WithSecureTLS(e.CertPool()),
 		bmclib.WithRedfishPort(b.Port()))
 	client.Registry.Drivers = client.Registry.For("gofish")
@@ -361,7 +359,9 @@ func TestBootPatchHonoursETag(t *testing.T) {
 		t.Fatalf("disable the override: %d", resp.StatusCode)
 	}
 	_, body := request(t, e, http.MethodGet, sys, nil, nil)
-	var got struct{ Boot struct{ BootSourceOverrideTarget, BootSourceOverrideEnabled string } }
+	var got struct {
+		Boot struct{ BootSourceOverrideTarget, BootSourceOverrideEnabled string }
+	}
 	if err := json.Unmarshal(body, &got); err != nil {
 		t.Fatal(err)
 	}
