@@ -348,7 +348,17 @@ func (s *metalActivities) register(ctx context.Context, r metal.BootRequest, via
 			"this site agent serves no ramdisk (bcd site --boot-listen, --kernel, --ramdisk)", metal.ErrTypeUnsupported, nil)
 	}
 	if b := s.boot.lookup(r.BootID); b != nil && b.nodeID == r.Machine.NodeID {
-		return b, nil
+		if b.via == via && b.mac == normalizeMAC(r.Machine.BootMAC) {
+			return b, nil
+		}
+		// A retry another way: the same token, other pieces.
+		spec := b.bootSpec
+		spec.via, spec.mac = via, r.Machine.BootMAC
+		nb, err := s.boot.register(ctx, s.t, spec)
+		if err != nil {
+			return nil, fmt.Errorf("serve boot %s: %w", r.BootID, err)
+		}
+		return nb, nil
 	}
 	var tok protocol.SiteBootTokenResult
 	if err := s.t.post(ctx, protocol.SiteBootTokenPath, protocol.SiteBootTokenRequest{SiteAuth: s.t.auth(), BootID: r.BootID},

@@ -532,6 +532,22 @@ func TestBootRamdiskVirtualMedia(t *testing.T) {
 	if got := r.bmc.takeCalls(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("BMC calls = %v, want %v", got, want)
 	}
+	// A retry another way (PXE) serves the same boot by MAC, minting
+	// nothing.
+	pxeRef := rfRef()
+	pxeRef.BootMAC = "52:54:00:00:00:77"
+	res, err = r.acts.BootRamdisk(ctx, metal.BootRequest{Machine: pxeRef, BootID: "boot_vm", Purpose: "inspect", Via: ViaPXE})
+	if err != nil || res.Via != ViaPXE {
+		t.Fatalf("BootRamdisk over PXE = %+v, %v", res, err)
+	}
+	want = []string{"SetBootDevice:pxe:false", "PowerState", "SetPower:reset"}
+	if got := r.bmc.takeCalls(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("BMC calls = %v, want %v", got, want)
+	}
+	code, body, _ = get(t, r.bootURL+"/boot/mac/52:54:00:00:00:77/boot.json")
+	if code != http.StatusOK || json.Unmarshal(body, &gotCfg) != nil || gotCfg != cfg {
+		t.Fatalf("GET boot.json by MAC after the PXE retry = %d %s, want %+v", code, body, cfg)
+	}
 	if r.api.minted["boot_vm"] != 1 {
 		t.Fatalf("the boot's token was minted %d times, want once", r.api.minted["boot_vm"])
 	}
@@ -555,9 +571,9 @@ func TestBootRamdiskVirtualMedia(t *testing.T) {
 		t.Fatalf("the boot's pieces remain after EndBoot: %v", err)
 	}
 
-	// Three activities, each fetched the credentials just before use.
-	if n := r.api.creds("node_rf"); n != 3 {
-		t.Fatalf("credentials fetched %d times, want 3 (once per call)", n)
+	// Four activities, each fetched the credentials just before use.
+	if n := r.api.creds("node_rf"); n != 4 {
+		t.Fatalf("credentials fetched %d times, want 4 (once per call)", n)
 	}
 	logs := r.logs.String()
 	if !strings.Contains(logs, "boot_vm") {
