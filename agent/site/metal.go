@@ -150,12 +150,18 @@ func endpoint(c *protocol.BMCCredentials) *drivers.Endpoint {
 		CAPEM: c.CAPEM, InsecureSkipVerify: c.InsecureSkipVerify}
 }
 
-// apiError maps the API's refusal of a site call: a stale epoch
-// (CONFLICT) or a refused token means this agent does not serve the site
-// any more; an unknown node or boot will not appear by retrying.
+// apiError maps the API's refusal of a site call: a lease lost (CONFLICT
+// with reason leaseLost) or a refused token means this agent does not
+// serve the site any more; an unknown node or boot, or another conflict
+// (a boot's token minted already, by an agent that lost the site since),
+// will not change by retrying.
 func apiError(what string, err error) error {
 	var e *core.Error
 	if errors.As(err, &e) {
+		switch {
+		case e.Code == core.CodeConflict && e.Details["reason"] != nil && e.Details["reason"] != "leaseLost":
+			return temporal.NewNonRetryableApplicationError(what+": "+e.Message, string(e.Code), nil)
+		}
 		switch e.Code {
 		case core.CodeConflict, core.CodeUnauthn, core.CodeAccessDenied:
 			return temporal.NewApplicationError(what+": "+e.Message, metal.ErrTypeLeaseLost)

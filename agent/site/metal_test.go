@@ -78,7 +78,7 @@ func (a *siteAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if auth.Epoch != a.epoch.Load() {
-		writeAPIError(w, core.Errorf(core.CodeConflict, "the site lease epoch is stale"))
+		writeAPIError(w, core.Errorf(core.CodeConflict, "lease lost").WithDetails(map[string]any{"reason": "leaseLost"}))
 		return
 	}
 	a.mu.Lock()
@@ -103,7 +103,8 @@ func (a *siteAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if a.minted[req.BootID] > 0 {
-			writeAPIError(w, core.Errorf(core.CodeConflict, "the boot's token was already minted"))
+			writeAPIError(w, core.Errorf(core.CodeConflict, "the boot's token was already minted").
+				WithDetails(map[string]any{"reason": "tokenMinted"}))
 			return
 		}
 		a.minted[req.BootID]++
@@ -551,6 +552,12 @@ func TestBootRamdiskVirtualMedia(t *testing.T) {
 	if r.api.minted["boot_vm"] != 1 {
 		t.Fatalf("the boot's token was minted %d times, want once", r.api.minted["boot_vm"])
 	}
+	// Another agent (which never registered the boot) cannot mint it again:
+	// a final conflict, not a lost lease.
+	other := &metalActivities{t: r.acts.t, bmc: r.bmc, boot: newBootServer(BootOptions{Images: r.boot.images}, "",
+		machineAPIURL, t.TempDir(), r.acts.t.a.log)}
+	_, err = other.BootRamdisk(ctx, metal.BootRequest{Machine: rfRef(), BootID: "boot_vm", Purpose: "inspect"})
+	appErr(t, err, string(core.CodeConflict), true)
 
 	if err := r.acts.EndBoot(ctx, metal.EndBootRequest{Machine: rfRef(), BootID: "boot_vm", PowerOff: true}); err != nil {
 		t.Fatalf("EndBoot: %v", err)
@@ -571,9 +578,9 @@ func TestBootRamdiskVirtualMedia(t *testing.T) {
 		t.Fatalf("the boot's pieces remain after EndBoot: %v", err)
 	}
 
-	// Four activities, each fetched the credentials just before use.
-	if n := r.api.creds("node_rf"); n != 4 {
-		t.Fatalf("credentials fetched %d times, want 4 (once per call)", n)
+	// Five activities, each fetched the credentials just before use.
+	if n := r.api.creds("node_rf"); n != 5 {
+		t.Fatalf("credentials fetched %d times, want 5 (once per call)", n)
 	}
 	logs := r.logs.String()
 	if !strings.Contains(logs, "boot_vm") {
