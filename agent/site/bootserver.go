@@ -65,6 +65,9 @@ var bootIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 type bootSpec struct {
 	id, nodeID, mac, via string
 	cfg                  protocol.RamdiskBootConfig
+	// expires is when the API stops honouring the boot's token (zero:
+	// not said); the boot is not served past it.
+	expires time.Time
 }
 
 // boot is one registered boot and its built pieces.
@@ -163,6 +166,7 @@ func (bs *bootServer) register(ctx context.Context, t *term, spec bootSpec) (*bo
 	if old := bs.boots[spec.id]; old != nil && old.mac != "" {
 		delete(bs.byMAC, old.mac)
 	}
+	bs.pruneLocked(time.Now())
 	bs.boots[spec.id] = b
 	if b.mac != "" {
 		bs.byMAC[b.mac] = b
@@ -170,6 +174,22 @@ func (bs *bootServer) register(ctx context.Context, t *term, spec bootSpec) (*bo
 	bs.log.Info("serving a ramdisk boot", "boot", spec.id, "node", spec.nodeID, "via", spec.via, "mac", b.mac)
 	return b, nil
 }
+
+// pruneLocked forgets the boots whose tokens expired: their EndBoot may
+// have gone to another agent.
+func (bs *bootServer) pruneLocked(now time.Time) {
+	for id, b := range bs.boots {
+		if b.expired(now) {
+			delete(bs.boots, id)
+			if b.mac != "" && bs.byMAC[b.mac] == b {
+				delete(bs.byMAC, b.mac)
+			}
+			os.RemoveAll(filepath.Join(bs.dir, id))
+		}
+	}
+}
+
+func (b *boot) expired(now time.Time) bool { return !b.expires.IsZero() && !now.Before(b.expires) }
 
 // unregister stops serving a boot and removes its pieces.
 func (bs *bootServer) unregister(id string) {
@@ -280,7 +300,10 @@ func (bs *bootServer) servedBoot(id string) *boot {
 	if bs.term == nil {
 		return nil
 	}
-	return bs.boots[id]
+	if b := bs.boots[id]; b != nil && !b.expired(time.Now()) {
+		return b
+	}
+	return nil
 }
 
 // serveMAC answers a network-booting machine by its MAC: its registered
@@ -295,6 +318,9 @@ func (bs *bootServer) serveMAC(w http.ResponseWriter, r *http.Request) {
 	bs.mu.Lock()
 	t, b := bs.term, bs.byMAC[mac]
 	bs.mu.Unlock()
+	if b != nil && b.expired(time.Now()) {
+		b = nil
+	}
 	if t == nil {
 		http.Error(w, "this site agent does not serve the site now", http.StatusServiceUnavailable)
 		return

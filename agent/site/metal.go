@@ -379,8 +379,12 @@ func (s *metalActivities) register(ctx context.Context, r metal.BootRequest, via
 	if purpose == "" {
 		purpose = r.Purpose
 	}
-	b, err := s.boot.register(ctx, s.t, bootSpec{id: r.BootID, nodeID: r.Machine.NodeID, mac: r.Machine.BootMAC,
-		via: via, cfg: protocol.RamdiskBootConfig{Token: tok.Token, BootID: r.BootID, Purpose: purpose}})
+	spec := bootSpec{id: r.BootID, nodeID: r.Machine.NodeID, mac: r.Machine.BootMAC,
+		via: via, cfg: protocol.RamdiskBootConfig{Token: tok.Token, BootID: r.BootID, Purpose: purpose}}
+	if tok.ExpiresAt > 0 {
+		spec.expires = time.UnixMilli(tok.ExpiresAt)
+	}
+	b, err := s.boot.register(ctx, s.t, spec)
 	if err != nil {
 		return nil, fmt.Errorf("serve boot %s: %w", r.BootID, err)
 	}

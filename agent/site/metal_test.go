@@ -348,6 +348,8 @@ func newRig(t *testing.T) *rig {
 		IPMI: &protocol.BMCCredentials{Address: "127.0.0.1:623", Username: "admin", Password: testPassword}}
 	api.nodes["node_none"] = protocol.SiteBMCCredentialsResult{NodeID: "node_none"}
 	api.boots["boot_vm"] = protocol.SiteBootTokenResult{BootID: "boot_vm", NodeID: "node_rf", Purpose: "inspect", Token: testBootToken}
+	api.boots["boot_old"] = protocol.SiteBootTokenResult{BootID: "boot_old", NodeID: "node_rf", Purpose: "inspect",
+		Token: testBootToken + "3", ExpiresAt: time.Now().Add(-time.Second).UnixMilli()}
 	api.boots["boot_pxe"] = protocol.SiteBootTokenResult{BootID: "boot_pxe", NodeID: "node_ipmi", Purpose: "clean", Token: testBootToken + "2"}
 	apiSrv := httptest.NewServer(api)
 	t.Cleanup(apiSrv.Close)
@@ -709,6 +711,31 @@ func TestBootServerUnknownAndDiscovery(t *testing.T) {
 	if code, s, _ := get(t, r.bootURL+"/boot/ipxe"); code != http.StatusOK ||
 		string(s) != "#!ipxe\nchain "+r.bootURL+"/boot/mac/${net0/mac}/ipxe\n" {
 		t.Fatalf("GET /boot/ipxe = %d %q", code, s)
+	}
+
+	// A boot whose token expired is not served (its EndBoot may have gone
+	// to another agent), and its pieces go at the next registration.
+	if _, err := r.acts.BootRamdisk(context.Background(), metal.BootRequest{Machine: rfRef(), BootID: "boot_old", Purpose: "inspect",
+		Via: ViaPXE}); err == nil {
+		t.Fatal("a PXE boot without a MAC started")
+	}
+	oldRef := rfRef()
+	oldRef.BootMAC = "52:54:00:00:00:42"
+	if _, err := r.acts.BootRamdisk(context.Background(), metal.BootRequest{Machine: oldRef, BootID: "boot_old", Purpose: "inspect",
+		Via: ViaPXE}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := get(t, r.bootURL+"/boot/boot_old/boot.json"); code != http.StatusNotFound {
+		t.Fatalf("GET an expired boot = %d, want 404", code)
+	}
+	if code, body, _ := get(t, r.bootURL+"/boot/mac/52:54:00:00:00:42/boot.json"); code != http.StatusOK || !strings.Contains(string(body), testDiscToken) {
+		t.Fatalf("GET an expired boot by MAC = %d %s, want the discovery configuration", code, body)
+	}
+	if _, err := r.acts.BootRamdisk(context.Background(), metal.BootRequest{Machine: ipmiRef(), BootID: "boot_pxe", Purpose: "clean"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(r.bootDir, "boot_old")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an expired boot's pieces remain: %v", err)
 	}
 
 	r.boot.endTerm()
