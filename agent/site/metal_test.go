@@ -48,6 +48,8 @@ type siteAPI struct {
 	// answer that another agent holds the lease.
 	temporal protocol.SiteTemporal
 	taken    atomic.Bool
+	// ramdisk, when set, answers the ramdisk endpoints (a booted VM's).
+	ramdisk func(w http.ResponseWriter, path string, body []byte)
 
 	mu          sync.Mutex
 	credCalls   map[string]int
@@ -64,6 +66,10 @@ func newSiteAPI(siteID string, epoch int64) *siteAPI {
 
 func (a *siteAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	if a.ramdisk != nil && (r.URL.Path == protocol.RamdiskReportPath || r.URL.Path == protocol.RamdiskResultPath) {
+		a.ramdisk(w, r.URL.Path, body)
+		return
+	}
 	if r.URL.Path == protocol.SiteRegisterPath || r.URL.Path == protocol.SiteRenewPath {
 		a.lease(w, r.URL.Path, body)
 		return
@@ -339,7 +345,7 @@ func (s *syncBuffer) String() string {
 
 const machineAPIURL = "http://10.0.2.2:8080"
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	api := newSiteAPI("site_1", 7)
 	api.nodes["node_rf"] = protocol.SiteBMCCredentialsResult{NodeID: "node_rf",
@@ -453,7 +459,7 @@ func extractISO(dir string, iso []byte, path string) ([]byte, error) {
 	return os.ReadFile(out)
 }
 
-func requireISOTools(t *testing.T) {
+func requireISOTools(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("xorriso"); err != nil {
 		t.Skip("xorriso is not installed (Debian package xorriso)")
