@@ -2,9 +2,10 @@
 // token, holds the site's boot lease (site:<siteId>:boot) with a fencing
 // epoch, and while it holds the lease runs a Temporal worker on the site's
 // task queue (site-<siteId>) serving the activities that must run inside
-// the site's network — today the health activity
-// (sites.ActivitySiteHealth), which the control plane calls with
-// sites.SiteHealthWorkflow.
+// the site's network: the health activity (sites.ActivitySiteHealth),
+// which the control plane calls with sites.SiteHealthWorkflow, and the
+// metal activities (workflows/metal.SiteActivities: BMC calls through the
+// drivers, ramdisk boots served by the agent's boot server).
 //
 // Many agents may run for one site; only the lease holder serves. It
 // renews the lease every third of its ttl and stops serving as soon as it
@@ -22,7 +23,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,6 +38,7 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/workers/temporalclient"
+	"github.com/better-compute/better-compute/workflows/metal"
 	"github.com/better-compute/better-compute/workflows/sites"
 )
 
@@ -77,6 +81,11 @@ type Options struct {
 	// OnState, when set, is called as the agent starts serving (after its
 	// worker started) and stops (after its worker stopped).
 	OnState func(State)
+	// BMC serves the metal activities' BMC calls (the drivers' manager);
+	// nil fails them as unsupported.
+	BMC BMC
+	// Boot configures the boot server.
+	Boot BootOptions
 }
 
 // State is whether the agent serves the site's queue, and under which
@@ -85,6 +94,8 @@ type State struct {
 	Serving bool
 	SiteID  string
 	Epoch   int64
+	// BootURL is the boot server's URL ("" without one).
+	BootURL string
 }
 
 // registration is the API's answer.
@@ -96,8 +107,9 @@ func (r registration) ttl() time.Duration { return time.Duration(r.Lease.TTLMs) 
 var errLeaseLost = errors.New("site lease lost")
 
 type agent struct {
-	o   Options
-	log *slog.Logger
+	o    Options
+	log  *slog.Logger
+	boot *bootServer
 }
 
 // Run is the agent: it takes the site's boot lease, serves the site's task
@@ -127,7 +139,57 @@ func Run(ctx context.Context, o Options) error {
 		o.RetryMax = max(DefaultRetryMax, o.RetryMin)
 	}
 	a := &agent{o: o, log: o.Logger.With("component", "site-agent", "holder", o.Holder)}
+	if o.Boot.Listen != "" {
+		stop, err := a.startBootServer()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return a.run(ctx)
+}
+
+// startBootServer listens for the boot server for the whole run, so its
+// address stays the same across lease terms; it serves only during one.
+func (a *agent) startBootServer() (stop func(), err error) {
+	b := a.o.Boot
+	dir := b.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "bcd-site-boot-"); err != nil {
+			return nil, fmt.Errorf("site: the boot server's directory: %w", err)
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("site: the boot server's directory: %w", err)
+	}
+	ln, err := net.Listen("tcp", b.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("site: the boot server: %w", err)
+	}
+	url := b.URL
+	if url == "" {
+		url = "http://" + ln.Addr().String()
+	}
+	apiURL := b.MachineAPIURL
+	if apiURL == "" {
+		apiURL = a.o.APIURL
+	}
+	log := a.log.With("component", "boot-server")
+	a.boot = newBootServer(b, url, apiURL, dir, log)
+	srv := &http.Server{Handler: a.boot.handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("the boot server stopped", "error", err.Error())
+		}
+	}()
+	log.Info("boot server listening", "address", ln.Addr().String(), "url", url)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		if b.Dir == "" {
+			os.RemoveAll(dir)
+		}
+	}, nil
 }
 
 func (a *agent) run(ctx context.Context) error {
@@ -231,21 +293,42 @@ func permanent(err error) bool {
 func (a *agent) serve(ctx context.Context, tc client.Client, reg registration, deadline time.Time) error {
 	h := &health{siteID: reg.SiteID, holder: a.o.Holder, epoch: reg.Lease.Epoch}
 	h.valid.Store(true)
+	termCtx, endTerm := context.WithCancel(ctx)
+	t := &term{siteID: reg.SiteID, epoch: reg.Lease.Epoch, ctx: termCtx, a: a}
 	w := worker.New(tc, reg.TaskQueue, worker.Options{Identity: a.o.Holder + "@" + reg.TaskQueue})
 	sites.RegisterAgent(w, h.SiteHealth)
+	metal.RegisterAgent(w, &metalActivities{t: t, bmc: a.o.BMC, boot: a.boot})
+	if a.boot != nil {
+		a.boot.startTerm(t)
+	}
 	if err := w.Start(); err != nil {
+		endTerm()
+		if a.boot != nil {
+			a.boot.endTerm()
+		}
 		return fmt.Errorf("site: start the worker: %w", err)
 	}
 	state := State{SiteID: reg.SiteID, Epoch: reg.Lease.Epoch}
+	if a.boot != nil {
+		state.BootURL = a.boot.url
+	}
 	defer func() {
+		// The term ends before the worker stops: calls in flight fail as
+		// lease lost rather than finish for an agent that lost the site.
 		h.valid.Store(false)
+		endTerm()
+		if a.boot != nil {
+			a.boot.endTerm()
+		}
 		w.Stop()
 		if a.o.OnState != nil {
 			a.o.OnState(state)
 		}
 	}()
 	if a.o.OnState != nil {
-		a.o.OnState(State{Serving: true, SiteID: reg.SiteID, Epoch: reg.Lease.Epoch})
+		serving := state
+		serving.Serving = true
+		a.o.OnState(serving)
 	}
 	ttl := reg.ttl()
 	next := time.Now().Add(ttl / 3)
