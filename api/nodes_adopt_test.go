@@ -24,10 +24,11 @@ func TestNodesAdopt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: id.NodeID})
-	if err != nil || n.ProvisionState != "adopting" || n.Schedulable {
-		t.Fatalf("joined node = %+v, %v", n, err)
+	got, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: id.NodeID})
+	if err != nil || got.ProvisionState != "adopting" || got.Schedulable || got.Metal != nil {
+		t.Fatalf("joined node = %+v, %v", got, err)
 	}
+	n := got.Node
 	// Its agent has not connected yet.
 	_, err = e.callAdopt(ctx, id.NodeID)
 	if ce := core.AsError(err); ce.Code != core.CodeInvalidState || ce.Details["reason"] != "agentNotReady" {

@@ -132,7 +132,7 @@ func TestBcdAgentsEndToEnd(t *testing.T) {
 		t.Fatalf("bcd node join: %v\n%s", err, a.log)
 	}
 	nodeID := approved.NodeID
-	node := func() nodes.Node {
+	node := func() nodes.NodeDetail {
 		n, err := nodes.Get.Call(ctx, admin, nodes.NodeInput{TenantID: root, NodeID: nodeID})
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ package nodes
 
 import (
 	"context"
+	"github.com/better-compute/better-compute/store/metal"
 	"slices"
 
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
@@ -25,6 +26,21 @@ type (
 	TaintRef      = domain.TaintRef
 	NodeEvent     = domain.Event
 )
+
+// NodeDetail is nodes.get's answer: the node and, for a machine enrolled
+// behind its BMC (metal.enroll), its lifecycle and BMC endpoints (secret
+// references only, never a value).
+type NodeDetail struct {
+	Node
+	Metal *MetalView `json:"metal,omitempty"`
+}
+
+// MetalView is an enrolled node's lifecycle and BMC, as the metal methods
+// answer them.
+type MetalView struct {
+	Lifecycle metal.Lifecycle `json:"lifecycle"`
+	BMC       metal.BMC       `json:"bmc"`
+}
 
 // NodeList is nodes.list's answer.
 type NodeList struct {
@@ -95,7 +111,7 @@ type TaintInput struct {
 // The nodes.* methods (but the join requests' nodes.revokeIdentity).
 const (
 	List     rpc.Ref[ListInput, NodeList]        = "nodes.list"
-	Get      rpc.Ref[NodeInput, Node]            = "nodes.get"
+	Get      rpc.Ref[NodeInput, NodeDetail]      = "nodes.get"
 	Events   rpc.Ref[EventsInput, NodeEventList] = "nodes.events"
 	Cordon   rpc.Ref[NodeInput, Node]            = "nodes.cordon"
 	Uncordon rpc.Ref[NodeInput, Node]            = "nodes.uncordon"
@@ -135,10 +151,21 @@ func (m methods) nodes() []rpc.Descriptor {
 					func(n Node) iam.Resource { return d.Resource(domain.ResourceType, n.ID) },
 					func(kept []Node, next string) any { return NodeList{Items: kept, NextCursor: next} }), err
 			}},
-		&rpc.Method[NodeInput, Node]{Name: Get, Action: "compute:nodes:read", DecidedOn: "compute-node",
+		&rpc.Method[NodeInput, NodeDetail]{Name: Get, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,
-			Read: func(c *rpc.Call, b *store.Batch, in NodeInput) func() (Node, error) {
-				return domain.QueueGet(b, c.TenantID, in.NodeID)
+			Read: func(c *rpc.Call, b *store.Batch, in NodeInput) func() (NodeDetail, error) {
+				node, view := domain.QueueGet(b, c.TenantID, in.NodeID), metal.QueueView(b, in.NodeID)
+				return func() (NodeDetail, error) {
+					n, err := node()
+					if err != nil {
+						return NodeDetail{}, err
+					}
+					v, err := view(n)
+					if err != nil || v == nil {
+						return NodeDetail{Node: n}, err
+					}
+					return NodeDetail{Node: n, Metal: &MetalView{Lifecycle: v.Lifecycle, BMC: v.BMC}}, nil
+				}
 			}},
 		&rpc.Method[EventsInput, NodeEventList]{Name: Events, Action: "compute:nodes:read", DecidedOn: "compute-node",
 			Phase: "v0.1", Kind: core.KindRead,

@@ -326,35 +326,75 @@ func load(ctx context.Context, tx store.Tx, n nodes.Node, lock bool) (Node, erro
 	if lock {
 		q += ` FOR UPDATE OF m`
 	}
-	out := Node{Node: n}
-	l := &out.Lifecycle
-	var started, deadline, wfStarted, abortAt, managed, inspected, confirmed *time.Time
-	var lastErr []byte
-	var r RedfishEndpoint
-	var i IPMIEndpoint
-	err := tx.QueryRow(ctx, q, n.ID).Scan(&l.Operation, &l.OpSeq, &l.args, &l.Step, &l.Origin, &started, &deadline,
-		&wfStarted, &abortAt, &managed, &inspected, &lastErr,
-		&r.Address, &r.Username, &r.PasswordSecret, &r.CAPEM, &r.InsecureSkipVerify,
-		&i.Address, &i.Username, &i.PasswordSecret, &out.BMC.BootMAC, &confirmed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Node{}, notMetal(n.ID)
-	}
+	m, err := scanMetal(tx.QueryRow(ctx, q, n.ID))
 	if err != nil {
 		return Node{}, err
 	}
-	if r.Address != "" {
-		out.BMC.Redfish = &r
+	if !m.found {
+		return Node{}, notMetal(n.ID)
 	}
-	if i.Address != "" {
-		out.BMC.IPMI = &i
+	return m.of(n)
+}
+
+// QueueView queues the read of a node's lifecycle and BMC in b (a read
+// that answers the node, nodes.get); the returned function completes it
+// with the node once b ran: nil when the node was never enrolled.
+func QueueView(b *store.Batch, nodeID string) func(n nodes.Node) (*Node, error) {
+	get := store.QueueRow(b, scanMetal, metalSelect, nodeID)
+	return func(n nodes.Node) (*Node, error) {
+		m, err := get()
+		if err != nil || !m.found {
+			return nil, err
+		}
+		out, err := m.of(n)
+		return &out, err
 	}
-	out.BMC.BootMACConfirmedAt = ms(confirmed)
+}
+
+// scannedMetal is a node's metal rows as read, before the node's axes
+// complete them.
+type scannedMetal struct {
+	found                                                     bool
+	l                                                         Lifecycle
+	r                                                         RedfishEndpoint
+	i                                                         IPMIEndpoint
+	bootMAC                                                   string
+	started, deadline, wfStarted, abortAt, managed, inspected *time.Time
+	confirmed                                                 *time.Time
+	lastErr                                                   []byte
+}
+
+func scanMetal(row pgx.Row) (scannedMetal, error) {
+	var m scannedMetal
+	l := &m.l
+	err := row.Scan(&l.Operation, &l.OpSeq, &l.args, &l.Step, &l.Origin, &m.started, &m.deadline,
+		&m.wfStarted, &m.abortAt, &m.managed, &m.inspected, &m.lastErr,
+		&m.r.Address, &m.r.Username, &m.r.PasswordSecret, &m.r.CAPEM, &m.r.InsecureSkipVerify,
+		&m.i.Address, &m.i.Username, &m.i.PasswordSecret, &m.bootMAC, &m.confirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, nil
+	}
+	m.found = err == nil
+	return m, err
+}
+
+func (m scannedMetal) of(n nodes.Node) (Node, error) {
+	out := Node{Node: n, Lifecycle: m.l}
+	l := &out.Lifecycle
+	if m.r.Address != "" {
+		out.BMC.Redfish = &m.r
+	}
+	if m.i.Address != "" {
+		out.BMC.IPMI = &m.i
+	}
+	out.BMC.BootMAC = m.bootMAC
+	out.BMC.BootMACConfirmedAt = ms(m.confirmed)
 	l.State, l.Power = n.ProvisionState, n.Power
-	l.StartedAt, l.Deadline, l.AbortRequestedAt = ms(started), ms(deadline), ms(abortAt)
-	l.WorkflowStarted, l.Managed, l.Inspected = wfStarted != nil, managed != nil, inspected != nil
-	if len(lastErr) > 0 {
+	l.StartedAt, l.Deadline, l.AbortRequestedAt = ms(m.started), ms(m.deadline), ms(m.abortAt)
+	l.WorkflowStarted, l.Managed, l.Inspected = m.wfStarted != nil, m.managed != nil, m.inspected != nil
+	if len(m.lastErr) > 0 {
 		l.LastError = &LastError{}
-		if err := json.Unmarshal(lastErr, l.LastError); err != nil {
+		if err := json.Unmarshal(m.lastErr, l.LastError); err != nil {
 			return Node{}, fmt.Errorf("node %s: last_error: %w", n.ID, err)
 		}
 	}
