@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -223,6 +224,12 @@ func (g *Gateway) RamdiskResult(ctx context.Context, body []byte) (protocol.Ramd
 	}
 	if g.deps.Store == nil {
 		return protocol.RamdiskInstructions{}, "", core.Errorf(core.CodeUnavailable, "no database configured")
+	}
+	if strings.HasPrefix(in.Token, protocol.DiscoveryTokenPrefix) {
+		err := g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+			return metaldomain.DiscoveryResult(ctx, tx, in.Token)
+		})
+		return protocol.RamdiskInstructions{Steps: []protocol.RamdiskStep{}}, "", err
 	}
 	var b metaldomain.Boot
 	err := g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {

@@ -59,17 +59,7 @@ func (d Discovered) Key() store.Key { return store.Key{At: d.lastSeenMicros, ID:
 // grace, its previous one): upserted by (site, boot MAC). An unknown token
 // is UNAUTHENTICATED.
 func Discover(ctx context.Context, tx store.Tx, token, bootMAC string, doc []byte) (Discovered, error) {
-	if !strings.HasPrefix(token, protocol.DiscoveryTokenPrefix) {
-		return Discovered{}, unknownToken()
-	}
-	var siteID, tenantID string
-	err := tx.QueryRow(ctx, `SELECT t.site_id, s.tenant_id FROM site_discovery_tokens t JOIN sites s ON s.id = t.site_id
-		WHERE s.deleted_at IS NULL AND (t.token_hash = $1
-			OR (t.previous_hash = $1 AND t.rotated_at > now() - make_interval(secs => $2)))`,
-		HashToken(token), DiscoveryTokenGrace.Seconds()).Scan(&siteID, &tenantID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Discovered{}, unknownToken()
-	}
+	siteID, tenantID, err := discoverySite(ctx, tx, token)
 	if err != nil {
 		return Discovered{}, err
 	}
@@ -88,6 +78,30 @@ func Discover(ctx context.Context, tx store.Tx, token, bootMAC string, doc []byt
 		ON CONFLICT (site_id, boot_mac) DO UPDATE SET hardware_key = EXCLUDED.hardware_key, inventory = EXCLUDED.inventory,
 			last_seen_at = now()
 		RETURNING `+discoveredColumns, core.NewID("mdisc"), siteID, tenantID, mac, hk.Key, string(doc)))
+}
+
+// DiscoveryResult authenticates the results a discovery ramdisk posts
+// (its power-off): a discovered machine runs no step the control plane
+// waits for, so they are acknowledged, not stored.
+func DiscoveryResult(ctx context.Context, tx store.Tx, token string) error {
+	_, _, err := discoverySite(ctx, tx, token)
+	return err
+}
+
+// discoverySite is the site (and its owner) of a discovery token, current
+// or previous within the grace; any other token is UNAUTHENTICATED.
+func discoverySite(ctx context.Context, tx store.Tx, token string) (siteID, tenantID string, err error) {
+	if !strings.HasPrefix(token, protocol.DiscoveryTokenPrefix) {
+		return "", "", unknownToken()
+	}
+	err = tx.QueryRow(ctx, `SELECT t.site_id, s.tenant_id FROM site_discovery_tokens t JOIN sites s ON s.id = t.site_id
+		WHERE s.deleted_at IS NULL AND (t.token_hash = $1
+			OR (t.previous_hash = $1 AND t.rotated_at > now() - make_interval(secs => $2)))`,
+		HashToken(token), DiscoveryTokenGrace.Seconds()).Scan(&siteID, &tenantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", unknownToken()
+	}
+	return siteID, tenantID, err
 }
 
 const discoveredColumns = `id, site_id, boot_mac, hardware_key, inventory, first_seen_at, last_seen_at, node_id`
