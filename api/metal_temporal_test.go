@@ -116,7 +116,9 @@ func (s *httpSite) ResetBIOS(context.Context, sitewf.MachineRef) (sitewf.ResetBI
 	return sitewf.ResetBIOSResult{}, nil
 }
 
-func (s *httpSite) ConsoleLog(context.Context, sitewf.ConsoleLogRequest) ([]byte, error) { return nil, nil }
+func (s *httpSite) ConsoleLog(context.Context, sitewf.ConsoleLogRequest) ([]byte, error) {
+	return nil, nil
+}
 
 // TestMetalMethodsDriveTheWorkflow runs the metal methods against a real
 // Temporal with the lifecycle workflows over the database: manage ends by
