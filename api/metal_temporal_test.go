@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/rpc"
+	coremetal "github.com/better-compute/better-compute/core/metal"
 	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testutil"
 	sitewf "github.com/better-compute/better-compute/workflows/metal"
@@ -97,7 +98,10 @@ func (s *httpSite) BootRamdisk(_ context.Context, r sitewf.BootRequest) (sitewf.
 		return sitewf.BootResult{}, fmt.Errorf("boot token: %d %s", status, body)
 	}
 	s.bootedRamdisk <- r.BootID
-	if !s.hold {
+	s.mu.Lock()
+	hold := s.hold
+	s.mu.Unlock()
+	if !hold {
 		go func() {
 			postAgentH(s.t, s.url, protocol.RamdiskReportPath, `{"token":"`+tok.Token+`","inventory":`+string(s.inventory)+`}`)
 		}()
@@ -123,7 +127,9 @@ func (s *httpSite) ConsoleLog(context.Context, sitewf.ConsoleLogRequest) ([]byte
 // TestMetalMethodsDriveTheWorkflow runs the metal methods against a real
 // Temporal with the lifecycle workflows over the database: manage ends by
 // itself (the site's activity fetched the credentials from the gateway),
-// and power answers the power read back.
+// power answers the power read back, inspect ingests the inventory its
+// ramdisk reported through the gateway, and abort stops an inspect that
+// waits for a ramdisk.
 func TestMetalMethodsDriveTheWorkflow(t *testing.T) {
 	ctx := context.Background()
 	m := newMetalEnv(t)
@@ -193,5 +199,39 @@ func TestMetalMethodsDriveTheWorkflow(t *testing.T) {
 		t.Fatalf("power on: %+v %v", p.Lifecycle, err)
 	}
 
+	// Inspect: the ramdisk reports through the gateway, the workflow
+	// ingests the inventory.
+	booted := func() {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, "the ramdisk boots", func() bool { return len(site.bootedRamdisk) > 0 })
+		<-site.bootedRamdisk
+	}
+	if _, err := metal.Inspect.Call(ctx, c, node); err != nil {
+		t.Fatal(err)
+	}
+	booted()
+	got := settled("enrolling")
+	if !got.Lifecycle.Inspected || got.Node.HardwareKey == "" || got.Node.Devices == 0 {
+		t.Fatalf("inspected: %+v key %q devices %d", got.Lifecycle, got.Node.HardwareKey, got.Node.Devices)
+	}
+
+	// Abort an inspect waiting for a ramdisk that never reports.
+	site.mu.Lock()
+	site.hold = true
+	site.mu.Unlock()
+	if _, err := metal.Inspect.Call(ctx, c, node); err != nil {
+		t.Fatal(err)
+	}
+	booted()
+	testutil.Eventually(t, 30*time.Second, "inspect waits for its ramdisk", func() bool {
+		return m.get(n.Node.ID).Lifecycle.Step == coremetal.StepAwaitRamdisk
+	})
+	ab, err := metal.Abort.Call(ctx, c, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ab.Lifecycle.State != "failed" || ab.Lifecycle.LastError == nil || ab.Lifecycle.LastError.Reason != coremetal.ReasonAborted {
+		t.Fatalf("aborted: %+v %+v", ab.Lifecycle, ab.Lifecycle.LastError)
+	}
 	assertNoSecretValue(t, m.store, bmcPassword)
 }
