@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -370,4 +372,21 @@ func TestDeployRejoinMismatchFails(t *testing.T) {
 	}
 	// A failed deploy recovers to ready.
 	h.mustFinish(coremetal.Recover, "", nodes.Ready)
+}
+
+// A site whose agent never takes the step (its schedule-to-start timeout
+// fires) fails the node at that step, not at its deadline.
+func TestSiteWithoutAgentFailsTheStep(t *testing.T) {
+	h := newHarness(t)
+	res := h.run(coremetal.Manage, "", func(env *testsuite.TestWorkflowEnvironment) {
+		env.OnActivity(metal.ActivityVerifyBMC, mock.Anything, mock.Anything).Return(metal.BMCStatus{},
+			temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil))
+	})
+	if res.Outcome != activities.OutcomeFailed || res.Step != coremetal.StepVerifyBMC ||
+		!strings.Contains(res.Message, "no agent of site site_1") {
+		t.Fatalf("result %+v", res)
+	}
+	if n := h.store.node(h.node); n.State != nodes.Failed || n.LastError.Code != "UNAVAILABLE" {
+		t.Fatalf("node %s, last error %+v", n.State, n.LastError)
+	}
 }

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/testenv"
+	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/metal"
 	nodestore "github.com/better-compute/better-compute/store/nodes"
@@ -67,7 +69,11 @@ func TestLifecycleOverPostgres(t *testing.T) {
 	w := startWorldOn(t, ctx, siteID, activities.NewDBStore(st, catalog), newFakeSite(newFakeStore()))
 	// The ramdisk: the site mints the boot's token, the machine reports
 	// its inventory with it and posts the results of its steps.
+	var silent atomic.Bool // the machine boots but its ramdisk never reports
 	w.site.onBoot = func(ctx context.Context, r metal.BootRequest) error {
+		if silent.Load() {
+			return nil
+		}
 		return st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 			tok, err := domain.MintBootToken(ctx, tx, siteID, r.BootID)
 			if err != nil {
@@ -134,6 +140,35 @@ func TestLifecycleOverPostgres(t *testing.T) {
 	if lc := load(); !lc.Managed || !lc.Inspected || lc.HardwareKey == "" || lc.OpenBoot != "" {
 		t.Fatalf("after the lifecycle: %+v", lc)
 	}
+	// An abort through the API's helper, while inspect waits for a ramdisk
+	// that never reports: the node fails (aborted), the machine is off, and
+	// recover takes it back to ready.
+	silent.Store(true)
+	p := begin(coremetal.Inspect)
+	if err := activities.StartLifecycle(ctx, w.c, controlPlaneQueue, p); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "inspect awaits the ramdisk", func() bool { return load().Step == coremetal.StepAwaitRamdisk })
+	offs := w.site.count("EndBoot off")
+	if lost, err := activities.AbortLifecycle(ctx, w.c, nodeID, "idn_x"); lost || err != nil {
+		t.Fatalf("abort: lost %v, %v", lost, err)
+	}
+	if lc := load(); lc.State != nodes.Failed || lc.LastError == nil || lc.LastError.Reason != coremetal.ReasonAborted ||
+		lc.LastError.Step != coremetal.StepAwaitRamdisk || lc.Power != nodes.PowerOff || w.site.count("EndBoot off") != offs+1 {
+		t.Fatalf("after abort: %s power %s last error %+v", lc.State, lc.Power, lc.LastError)
+	}
+	silent.Store(false)
+	p = begin(coremetal.Recover)
+	if err := activities.StartLifecycle(ctx, w.c, controlPlaneQueue, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.GetWorkflow(ctx, activities.MetalWorkflowID(nodeID), "").Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if lc := load(); lc.State != nodes.Ready || lc.OpenBoot != "" {
+		t.Fatalf("after recover: %s, open boot %q", lc.State, lc.OpenBoot)
+	}
+
 	// retire's start is lost after the API's commit: the reconciler makes it.
 	begin(coremetal.Retire)
 	w.a.OwedGrace = time.Nanosecond
