@@ -14,6 +14,8 @@ import (
 	"slices"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
@@ -180,6 +182,13 @@ const (
 // DefaultPowerWait bounds how long metal.power waits for the read-back.
 const DefaultPowerWait = 60 * time.Second
 
+// previousRunWait bounds how long a start waits for the run of the node's
+// previous operation to close.
+const previousRunWait = 10 * time.Second
+
+// abortWait bounds how long metal.abort waits for the workflow's answer.
+const abortWait = 30 * time.Second
+
 // DefaultBulkConcurrency is metal.bulk's concurrency when left out.
 const DefaultBulkConcurrency = 4
 
@@ -319,6 +328,19 @@ func (m methods) start(ctx context.Context, n MetalNode) MetalNode {
 		return n
 	}
 	p := metalact.MetalParams{TenantID: n.Node.TenantID, NodeID: n.Node.ID, OpSeq: n.Lifecycle.OpSeq}
+	// The run of the node's previous operation may still be closing (its
+	// row already moved on): the start waits for it, bounded, so this
+	// operation gets a run of its own. One that does not close leaves the
+	// start owed; the reconciler makes it once that run is gone.
+	id := metalact.MetalWorkflowID(n.Node.ID)
+	wctx, cancel := context.WithTimeout(ctx, previousRunWait)
+	_ = m.d.Temporal.GetWorkflow(wctx, id, "").Get(wctx, nil)
+	cancel()
+	if d, err := m.d.Temporal.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
+		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		m.logWarn("metal: workflow start owed: the previous run is still open", "node", n.Node.ID, "opSeq", p.OpSeq)
+		return n
+	}
 	if err := metalact.StartLifecycle(ctx, m.d.Temporal, m.d.TaskQueue, p); err != nil {
 		m.logWarn("metal: workflow start owed", "node", n.Node.ID, "opSeq", p.OpSeq, "error", err)
 		return n
@@ -356,7 +378,12 @@ func (m methods) afterAbort(ctx context.Context, c *rpc.Call, _ NodeInput, n Met
 	lost := m.d.Temporal == nil
 	var updateErr error
 	if !lost {
-		lost, updateErr = metalact.AbortLifecycle(ctx, m.d.Temporal, n.Node.ID, c.Caller.IdentityID)
+		// The workflow answers once the node failed; bounded, so a
+		// workflow that cannot answer (its worker down) leaves the call
+		// UNAVAILABLE rather than hanging.
+		uctx, cancel := context.WithTimeout(ctx, abortWait)
+		lost, updateErr = metalact.AbortLifecycle(uctx, m.d.Temporal, n.Node.ID, c.Caller.IdentityID)
+		cancel()
 	}
 	if lost {
 		err := m.d.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
