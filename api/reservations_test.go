@@ -360,7 +360,7 @@ func TestReservationGetIsOneRoundTrip(t *testing.T) {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
 	sql := e.queries.take()
-	if n := e.queries.roundTrips(); n != 1 || len(sql) != 3 || sql[0] != "BEGIN READ ONLY" || sql[2] != "COMMIT" {
-		t.Fatalf("get: %d round trips, statements %q; want 1: BEGIN READ ONLY, the read, COMMIT", n, sql)
+	if n := e.queries.roundTrips(); n != 1 || len(sql) != 3 || sql[0] != "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" || sql[2] != "COMMIT" {
+		t.Fatalf("get: %d round trips, statements %q; want 1: BEGIN, the read, COMMIT", n, sql)
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -183,12 +184,12 @@ func newMetalRig(t *testing.T) *metalRig {
 	r.site = &siteAgent{t: t, bin: bin, log: &lockedBuffer{},
 		args: []string{"site", "--api", s.APIURL(), "--boot-listen", fmt.Sprintf("127.0.0.1:%d", bootPort), "--boot-url", r.bootURL,
 			"--machine-api-url", "http://10.0.2.2:" + apiPort, "--kernel", base.Kernel, "--ramdisk", base.Initrd,
-			"--boot-dir", t.TempDir()},
+			"--boot-dir", t.TempDir(), "--bmc-readback", "2s"},
 		env: []string{"BCD_SITE_TOKEN=" + tok.Token}}
 	r.site.start()
 	t.Cleanup(func() {
 		_ = r.site.cmd.Process.Kill()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("BC_E2E_SITE_LOG") != "" {
 			t.Logf("bcd site:\n%s", r.site.log.String())
 		}
 		if strings.Contains(r.site.log.String(), password) {
@@ -214,8 +215,8 @@ func (r *metalRig) simMachine(name string, inv func(machines.Info) *coreinv.Node
 
 // machineInfo is a machine's identity, unique per name.
 func machineInfo(name string) machines.Info {
-	sum := core.DerivedID("m", "e2e", name, "machine")
-	h := strings.TrimPrefix(sum, "m_")
+	sum := sha256.Sum256([]byte(name))
+	h := hex.EncodeToString(sum[:])
 	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
 	return machines.Info{Manufacturer: "Better Compute", Model: "e2e", SerialNumber: "SN-" + name,
 		UUID: fmt.Sprintf("%s-%s-%s-%s-%s", h[0:8], h[8:12], h[12:16], h[16:20], h[20:32]), MAC: mac, CPUs: 2, MemoryMiB: 512}
@@ -262,8 +263,13 @@ func (r *metalRig) run(ref rpc.Ref[apimetal.NodeInput, apimetal.MetalNode], node
 func (r *metalRig) await(nodeID, want string, within time.Duration) apinodes.NodeDetail {
 	r.t.Helper()
 	var n apinodes.NodeDetail
+	start, last := time.Now(), ""
 	testutil.Eventually(r.t, within, "the operation on "+nodeID+" to end", func() bool {
 		n = r.get(nodeID)
+		if step := n.Metal.Lifecycle.Step; step != last && os.Getenv("BC_E2E_SITE_LOG") != "" {
+			r.t.Logf("%s: step %q at %s", nodeID, step, time.Since(start).Round(time.Millisecond))
+			last = step
+		}
 		return n.Metal.Lifecycle.Operation == ""
 	})
 	if n.Metal.Lifecycle.State != want {
@@ -649,34 +655,30 @@ func (r *metalRig) pxeMachine(fake *ipmisim.BMC, info machines.Info) *pxeSim {
 	p := &pxeSim{}
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.t.Cleanup(cancel)
-	go func() {
-		on := false
-		var stop context.CancelFunc = func() {}
-		for ctx.Err() == nil {
-			out, err := fake.Ipmitool(ctx, "chassis", "power", "status")
-			now := err == nil && strings.Contains(out, "is on")
-			switch {
-			case now && !on:
-				boot, _ := fake.Ipmitool(ctx, "chassis", "bootparam", "get", "5")
-				if strings.Contains(boot, "PXE") {
-					var bctx context.Context
-					bctx, stop = context.WithCancel(ctx)
-					p.mu.Lock()
-					p.n++
-					p.mu.Unlock()
-					go r.runPXEBoot(bctx, fake, info)
-				}
-			case !now && on:
-				stop()
-			}
-			on = now
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
+	stop := func() {}
+	fake.OnPower(func(on bool) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		stop()
-	}()
+		stop = func() {}
+		if !on {
+			return
+		}
+		bctx, cancelBoot := context.WithCancel(ctx)
+		stop = cancelBoot
+		go func() {
+			// The next boot's device, as the BMC holds it: a network boot
+			// runs the ramdisk the boot server gives this MAC.
+			boot, _ := fake.Ipmitool(bctx, "chassis", "bootparam", "get", "5")
+			if !strings.Contains(boot, "PXE") {
+				return
+			}
+			p.mu.Lock()
+			p.n++
+			p.mu.Unlock()
+			r.runPXEBoot(bctx, fake, info)
+		}()
+	})
 	return p
 }
 

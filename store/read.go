@@ -8,20 +8,26 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// readBegin starts a Read's transaction.
+const readBegin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
 // Batch is a read's statements, queued with their scan callbacks before any
 // of them runs: b.Queue(sql, args...).QueryRow(scan) or .Query(each).
 type Batch = pgx.Batch
 
 // Read runs the statements queue puts in a batch in one read-only
-// transaction sent as one pipeline: BEGIN READ ONLY, the statements and
-// COMMIT reach the database together, so the read costs one round trip
-// where InTx costs two more. The statements cannot depend on each other's
-// results (a read that needs that uses InTx). The callbacks run in order
+// transaction sent as one pipeline: BEGIN (repeatable read, read only),
+// the statements and COMMIT reach the database together, so the read costs
+// one round trip where InTx costs two more. Repeatable read gives every
+// statement of the read one snapshot: two rows a writer changes in one
+// transaction are never read half before and half after its commit. The
+// statements cannot depend on each other's results (a read that needs that
+// uses InTx). The callbacks run in order
 // once the answers arrive; the first error (a statement's, or one a
 // callback returns) is Read's.
 func (s *Store) Read(ctx context.Context, queue func(b *Batch)) (err error) {
 	b := &pgx.Batch{}
-	b.Queue("BEGIN READ ONLY")
+	b.Queue(readBegin)
 	queue(b)
 	b.Queue("COMMIT")
 	conn, err := s.Pool.Acquire(ctx)

@@ -34,6 +34,8 @@ func StartLifecycle(ctx context.Context, c client.Client, taskQueue string, p Me
 		Memo:                     memo,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		// Without it the SDK answers a running run as if it were started.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
 	}
 	for range 3 {
 		_, err := c.ExecuteWorkflow(ctx, opts, MetalWorkflowName, p)

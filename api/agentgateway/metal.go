@@ -226,7 +226,7 @@ func (g *Gateway) RamdiskResult(ctx context.Context, body []byte) (protocol.Ramd
 		return protocol.RamdiskInstructions{}, "", core.Errorf(core.CodeUnavailable, "no database configured")
 	}
 	if strings.HasPrefix(in.Token, protocol.DiscoveryTokenPrefix) {
-		err := g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		err := g.deps.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) error {
 			return metaldomain.DiscoveryResult(ctx, tx, in.Token)
 		})
 		return protocol.RamdiskInstructions{Steps: []protocol.RamdiskStep{}}, "", err

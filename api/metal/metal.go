@@ -14,8 +14,6 @@ import (
 	"slices"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
@@ -182,10 +180,6 @@ const (
 // DefaultPowerWait bounds how long metal.power waits for the read-back.
 const DefaultPowerWait = 60 * time.Second
 
-// previousRunWait bounds how long a start waits for the run of the node's
-// previous operation to close.
-const previousRunWait = 10 * time.Second
-
 // abortWait bounds how long metal.abort waits for the workflow's answer.
 const abortWait = 30 * time.Second
 
@@ -328,19 +322,8 @@ func (m methods) start(ctx context.Context, n MetalNode) MetalNode {
 		return n
 	}
 	p := metalact.MetalParams{TenantID: n.Node.TenantID, NodeID: n.Node.ID, OpSeq: n.Lifecycle.OpSeq}
-	// The run of the node's previous operation may still be closing (its
-	// row already moved on): the start waits for it, bounded, so this
-	// operation gets a run of its own. One that does not close leaves the
-	// start owed; the reconciler makes it once that run is gone.
-	id := metalact.MetalWorkflowID(n.Node.ID)
-	wctx, cancel := context.WithTimeout(ctx, previousRunWait)
-	_ = m.d.Temporal.GetWorkflow(wctx, id, "").Get(wctx, nil)
-	cancel()
-	if d, err := m.d.Temporal.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
-		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		m.logWarn("metal: workflow start owed: the previous run is still open", "node", n.Node.ID, "opSeq", p.OpSeq)
-		return n
-	}
+	// A run of the node's previous operation may still be closing (its row
+	// already moved on): StartLifecycle supersedes it.
 	if err := metalact.StartLifecycle(ctx, m.d.Temporal, m.d.TaskQueue, p); err != nil {
 		m.logWarn("metal: workflow start owed", "node", n.Node.ID, "opSeq", p.OpSeq, "error", err)
 		return n

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,7 @@ func siteCommand() *cobra.Command {
 		o                        site.Options
 		kernel, ramdisk, cmdline string
 		limits                   drivers.Limits
+		policy                   drivers.Policy
 	)
 	cmd := &cobra.Command{
 		Use:   "site",
@@ -53,7 +55,7 @@ func siteCommand() *cobra.Command {
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 			// Redfish first: it serves every concern; IPMI is the failover
 			// for power and boot.
-			o.BMC = drivers.NewRegistry(limits, o.Logger, bmc.NewRedfish(bmc.RedfishOptions{}), bmc.NewIPMI(bmc.IPMIOptions{}))
+			o.BMC = drivers.NewRegistry(limits, o.Logger, bmc.NewRedfish(bmc.RedfishOptions{Policy: policy}), bmc.NewIPMI(bmc.IPMIOptions{Policy: policy}))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return site.Run(ctx, o)
@@ -72,6 +74,7 @@ func siteCommand() *cobra.Command {
 	f.StringVar(&ramdisk, "ramdisk", "", "the ramdisk's base initramfs (make ramdisk)")
 	f.IntVar(&limits.PerBMC, "bmc-sessions", 1, "calls in flight to one BMC at most")
 	f.IntVar(&limits.PerSite, "bmc-site-calls", 16, "BMC calls in flight across the site at most")
+	f.DurationVar(&policy.ReadBackFor, "bmc-readback", 30*time.Second, "how long reads wait for one BMC write to show before it is issued again")
 	f.StringVar(&cmdline, "kernel-cmdline", "", "the ramdisk's kernel command line (default the image package's)")
 	return cmd
 }

@@ -11,7 +11,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,6 +139,12 @@ func (b *BMC) Endpoint() *drivers.Endpoint {
 	return &drivers.Endpoint{Address: b.Addr, Username: Username, Password: Password}
 }
 
+// OnPower calls fn each time the BMC powers the machine on or off, as
+// fakebmc reports it on its output ("powered on"; "abruptly remove power"
+// or "politely shut down the system"): what a simulated machine behind it
+// boots on, without polling the BMC the drivers under test talk to.
+func (b *BMC) OnPower(fn func(on bool)) { b.out.watch(fn) }
+
 // Log is what fakebmc printed.
 func (b *BMC) Log() string { return b.out.String() }
 
@@ -151,14 +159,43 @@ func (b *BMC) Stop() {
 }
 
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu       sync.Mutex
+	b        bytes.Buffer
+	line     []byte
+	watchers []func(on bool)
+}
+
+func (s *syncBuffer) watch(fn func(on bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchers = append(s.watchers, fn)
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+	s.b.Write(p)
+	var events []bool
+	for _, c := range p {
+		if c != '\n' {
+			s.line = append(s.line, c)
+			continue
+		}
+		switch line := strings.TrimSpace(string(s.line)); {
+		case line == "powered on":
+			events = append(events, true)
+		case strings.HasPrefix(line, "abruptly remove power"), strings.HasPrefix(line, "politely shut down"):
+			events = append(events, false)
+		}
+		s.line = s.line[:0]
+	}
+	watchers := slices.Clone(s.watchers)
+	s.mu.Unlock()
+	for _, on := range events {
+		for _, fn := range watchers {
+			fn(on)
+		}
+	}
+	return len(p), nil
 }
 
 func (s *syncBuffer) String() string {
