@@ -16,7 +16,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/better-compute/better-compute/internal/testenv"
 
 	"github.com/better-compute/better-compute/api"
 	secretsapi "github.com/better-compute/better-compute/api/secrets"
@@ -233,7 +233,6 @@ func (s *syncBuffer) String() string {
 // level) are searched for the value, its hex and its base64.
 func TestSecretValuesAreNeverInClear(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	var logs syncBuffer
 	srv, err := api.New(api.Deps{Store: e.store, IAM: e.outer, Catalog: e.catalog, Secrets: e.vault,
 		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -285,31 +284,13 @@ func TestSecretValuesAreNeverInClear(t *testing.T) {
 		t.Fatalf("answers: %q", answers)
 	}
 
-	// Every table of every schema but the system's, row by row as JSON
-	// (bytea as hex): what pg_dump would write.
-	tables, err := e.store.Pool.Query(ctx, `SELECT quote_ident(table_schema) || '.' || quote_ident(table_name) FROM information_schema.tables
-		WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(tables, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dump strings.Builder
-	for _, name := range names {
-		var text string
-		if err := e.store.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(row_to_json(t)::text, E'\n'), '') FROM `+name+` t`).Scan(&text); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		fmt.Fprintf(&dump, "%s\n%s\n", name, text)
-	}
-	if !strings.Contains(dump.String(), "public.secrets") || !strings.Contains(dump.String(), "leak-check") {
-		t.Fatalf("the dump does not hold the secrets table's rows:\n%s", dump.String())
+	dump := testenv.DumpTables(t, e.store)
+	if !strings.Contains(dump, "public.secrets") || !strings.Contains(dump, "leak-check") {
+		t.Fatalf("the dump does not hold the secrets table's rows:\n%s", dump)
 	}
 	for _, v := range values {
 		for _, form := range []string{v, hex.EncodeToString([]byte(v)), base64.StdEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v))} {
-			for what, text := range map[string]string{"the database": dump.String(), "an answer": strings.Join(answers, "\n"), "the log": logs.String()} {
+			for what, text := range map[string]string{"the database": dump, "an answer": strings.Join(answers, "\n"), "the log": logs.String()} {
 				if strings.Contains(text, form) {
 					t.Errorf("%s holds a secret value (%q)", what, form)
 				}

@@ -6,7 +6,6 @@ package nodes
 
 import (
 	"context"
-	"github.com/better-compute/better-compute/store/metal"
 	"slices"
 
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
@@ -15,6 +14,7 @@ import (
 	states "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/metal"
 	domain "github.com/better-compute/better-compute/store/nodes"
 )
 

@@ -8,6 +8,7 @@ package machines
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/better-compute/better-compute/drivers"
@@ -92,6 +93,16 @@ var (
 
 // DefaultBootOrder is a server's usual order: its disk, then the network.
 var DefaultBootOrder = []drivers.BootDevice{drivers.BootDisk, drivers.BootPXE}
+
+// NewOverride is the override a Redfish PATCH of Boot sets: target "" clears
+// it; a device the firmware does not know is ErrUnsupported.
+func NewOverride(target drivers.BootDevice, persistent bool) (Override, error) {
+	switch target {
+	case "", drivers.BootPXE, drivers.BootCD, drivers.BootDisk, drivers.BootBIOS:
+		return Override{Target: target, Persistent: persistent && target != ""}, nil
+	}
+	return Override{}, fmt.Errorf("boot device %q: %w", target, ErrUnsupported)
+}
 
 // ChooseBoot is the firmware's choice of boot device: the override's target
 // when one is set, else the first entry of the order. A CD without media is

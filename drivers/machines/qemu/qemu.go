@@ -342,14 +342,13 @@ func (m *Machine) SetCDMode(mode BootMode) {
 
 // SetBootOverride sets the next boot device.
 func (m *Machine) SetBootOverride(_ context.Context, target drivers.BootDevice, persistent bool) error {
-	switch target {
-	case "", drivers.BootPXE, drivers.BootCD, drivers.BootDisk, drivers.BootBIOS:
-	default:
-		return fmt.Errorf("boot device %q: %w", target, machines.ErrUnsupported)
+	o, err := machines.NewOverride(target, persistent)
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.override = machines.Override{Target: target, Persistent: persistent && target != ""}
+	m.override = o
 	return nil
 }
 
