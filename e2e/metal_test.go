@@ -309,6 +309,21 @@ func (r *metalRig) historyEvents(nodeID string) (runs, events int) {
 	return runs, events
 }
 
+// wholeLifecycle is every operation of a machine's life, in order, and the
+// state each ends in.
+var wholeLifecycle = []struct {
+	name string
+	ref  rpc.Ref[apimetal.NodeInput, apimetal.MetalNode]
+	want string
+}{
+	{"manage", apimetal.Manage, "enrolling"},
+	{"inspect", apimetal.Inspect, "enrolling"},
+	{"provide", apimetal.Provide, "ready"},
+	{"deploy", apimetal.Deploy, "deployed"},
+	{"undeploy", apimetal.Undeploy, "ready"},
+	{"retire", apimetal.Retire, "retired"},
+}
+
 func TestMetal(t *testing.T) {
 	r := newMetalRig(t)
 
@@ -328,19 +343,7 @@ func TestMetal(t *testing.T) {
 		}
 		n := rt.enrollRedfish("qemu-1", bmc)
 		id := n.Node.ID
-		steps := []struct {
-			name string
-			ref  rpc.Ref[apimetal.NodeInput, apimetal.MetalNode]
-			want string
-		}{
-			{"manage", apimetal.Manage, "enrolling"},
-			{"inspect", apimetal.Inspect, "enrolling"},
-			{"provide", apimetal.Provide, "ready"},
-			{"deploy", apimetal.Deploy, "deployed"},
-			{"undeploy", apimetal.Undeploy, "ready"},
-			{"retire", apimetal.Retire, "retired"},
-		}
-		for _, s := range steps {
+		for _, s := range wholeLifecycle {
 			took := rt.run(s.ref, id, s.want, qemuWait)
 			t.Logf("qemu %s: %s", s.name, took.Round(10*time.Millisecond))
 			if s.name == "inspect" {
@@ -382,18 +385,7 @@ func TestMetal(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := n.Node.ID
-		for _, s := range []struct {
-			name string
-			ref  rpc.Ref[apimetal.NodeInput, apimetal.MetalNode]
-			want string
-		}{
-			{"manage", apimetal.Manage, "enrolling"},
-			{"inspect", apimetal.Inspect, "enrolling"},
-			{"provide", apimetal.Provide, "ready"},
-			{"deploy", apimetal.Deploy, "deployed"},
-			{"undeploy", apimetal.Undeploy, "ready"},
-			{"retire", apimetal.Retire, "retired"},
-		} {
+		for _, s := range wholeLifecycle {
 			took := rt.run(s.ref, id, s.want, metalWait)
 			t.Logf("ipmi %s: %s", s.name, took.Round(10*time.Millisecond))
 		}
