@@ -397,6 +397,25 @@ func TestMetalBulkAnswersPerNode(t *testing.T) {
 	}
 	_, err = metal.Bulk.Call(ctx, c, metal.BulkInput{TenantID: "acme", PoolID: m.pool, Operation: coremetal.Manage, NodeIDs: many})
 	wantError(t, err, core.CodeInvalidInput, "nodeIds")
+
+	// A queued node's deadline counts from its turn: at concurrency 2 the
+	// third node waits for one turn, so it has twice the time.
+	queued := []string{m.enroll("q1", "https://10.0.0.11").Node.ID, m.enroll("q2", "https://10.0.0.12").Node.ID,
+		m.enroll("q3", "https://10.0.0.13").Node.ID}
+	if _, err := metal.Bulk.Call(ctx, c, metal.BulkInput{TenantID: "acme", PoolID: m.pool, Operation: coremetal.Manage,
+		NodeIDs: queued, Concurrency: 2}); err != nil {
+		t.Fatal(err)
+	}
+	spans := make([]float64, len(queued))
+	for i, id := range queued {
+		if err := m.store.Pool.QueryRow(ctx, `SELECT extract(epoch FROM deadline_at - op_started_at)::float8 FROM node_metal WHERE node_id = $1`,
+			id).Scan(&spans[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spans[1] > 1.5*spans[0] || spans[2] < 1.5*spans[0] {
+		t.Fatalf("deadlines of a bulk run at concurrency 2: %v s", spans)
+	}
 }
 
 // siteHolder registers a site agent and answers its lease epoch.

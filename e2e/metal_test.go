@@ -595,6 +595,32 @@ func TestMetal(t *testing.T) {
 		}
 	})
 
+	// Wrong credentials: manage fails with the driver's reason, and the
+	// node stays where it was, nothing half-done.
+	t.Run("WrongCredentials", func(t *testing.T) {
+		rt := *r
+		rt.t = t
+		sec, err := apisecrets.Put.Call(r.ctx, r.admin, apisecrets.PutInput{TenantID: metalRoot, Scope: "fleet", Name: "wrong-password",
+			Value: "not-the-password"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, bmc := rt.simMachine("wrong-1", nil)
+		n, err := apimetal.Enroll.Call(r.ctx, r.admin, apimetal.EnrollInput{TenantID: metalRoot, PoolID: r.poolID, Name: "wrong-1",
+			BMC: apimetal.BMCInput{Redfish: &apimetal.RedfishInput{Address: bmc.URL(), Username: "admin", PasswordSecret: sec.Ref, CAPEM: string(r.emu.CAPEM())}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.run(apimetal.Manage, n.Node.ID, "failed", metalWait)
+		e := rt.get(n.Node.ID).Metal.Lifecycle.LastError
+		if e == nil || e.Reason != "bmc" || e.Step != "verify-bmc" || !strings.Contains(strings.ToLower(e.Message), "credential") {
+			t.Fatalf("manage with a wrong password: %+v", e)
+		}
+		if p, _ := m.PowerState(r.ctx); p != drivers.PowerOff || len(m.Boots()) != 0 {
+			t.Fatalf("a machine whose BMC refused the credentials was touched: %s, %d boots", p, len(m.Boots()))
+		}
+	})
+
 	t.Run("SecretDeletedAndDriversList", func(t *testing.T) {
 		rt := *r
 		rt.t = t

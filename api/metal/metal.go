@@ -507,7 +507,8 @@ func (m methods) bulk(ctx context.Context, c *rpc.Call, in BulkInput) (BulkResul
 		var n MetalNode
 		err := m.d.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
 			n, err = domain.BeginOperation(ctx, tx, m.types, domain.Begin{TenantID: c.TenantID, NodeID: items[i].NodeID,
-				Operation: in.Operation, Args: rawArgs, By: c.Caller.IdentityID, Deadlines: m.deadlines})
+				Operation: in.Operation, Args: rawArgs, By: c.Caller.IdentityID, Deadlines: m.deadlines,
+				Turns: len(begun) / concurrency})
 			return err
 		})
 		if err != nil {

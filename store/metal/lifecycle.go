@@ -45,6 +45,11 @@ type Begin struct {
 	Args      json.RawMessage
 	By        string
 	Deadlines Deadlines
+	// Turns is how many operations run before this one's turn comes (a
+	// bulk run's queue ahead of the node, 0 otherwise): its deadline
+	// stretches by that many deadlines, so waiting in the queue does not
+	// count against its own run.
+	Turns int
 }
 
 // invalidState is INVALID_STATE with the allowed operations.
@@ -81,7 +86,7 @@ func BeginOperation(ctx context.Context, tx store.Tx, t nodes.Types, b Begin) (N
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	deadline := b.Deadlines.For(b.Operation, during)
+	deadline := b.Deadlines.For(b.Operation, during) * time.Duration(1+max(b.Turns, 0))
 	step := ""
 	if len(edge.Steps) > 0 {
 		step = edge.Steps[0]
