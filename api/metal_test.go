@@ -154,6 +154,11 @@ func TestMetalEnrollValidation(t *testing.T) {
 		{"no username", in(func(v *metal.EnrollInput) { v.BMC.Redfish.Username = "" }), core.CodeInvalidInput, "bmc.redfish.username"},
 		{"ipmi without a password", in(func(v *metal.EnrollInput) { v.BMC.IPMI = &metal.IPMIInput{Address: "10.0.0.9:623", Username: "u"} }), core.CodeInvalidInput, "bmc.ipmi.passwordSecret"},
 		{"a bad boot MAC", in(func(v *metal.EnrollInput) { v.BootMAC = "zz:zz" }), core.CodeInvalidInput, "bootMac"},
+		// The tenant's own (custom) site runs the tenant's agent, which must
+		// never read a platform secret: refused as if it did not exist.
+		{"a fleet secret at the tenant's own site", in(func(v *metal.EnrollInput) {
+			v.BMC.IPMI = &metal.IPMIInput{Address: "10.0.0.9:623", Username: "u", PasswordSecret: "secret://root/fleet-bmc"}
+		}), core.CodeInvalidInput, "bmc.ipmi.passwordSecret"},
 	}
 	for _, tc := range cases {
 		_, err := metal.Enroll.Call(ctx, c, tc.in)
@@ -170,10 +175,9 @@ func TestMetalEnrollValidation(t *testing.T) {
 		t.Fatalf("another tenant's secret answers %q, a missing one %q", core.AsError(errOther).Message, core.AsError(errMissing).Message)
 	}
 
-	// A fleet secret is usable by every tenant; the answer holds the
-	// reference, never the value.
+	// The answer holds the references, never a value.
 	ok := in(func(v *metal.EnrollInput) {
-		v.BMC.IPMI = &metal.IPMIInput{Address: "10.0.0.9:623", Username: "u", PasswordSecret: "secret://root/fleet-bmc"}
+		v.BMC.IPMI = &metal.IPMIInput{Address: "10.0.0.9:623", Username: "u", PasswordSecret: "secret://acme/bmc"}
 		v.BootMAC = "3C-EC-EF-9A-1B-2C"
 		v.Labels = map[string]string{"rack": "r1"}
 		v.Bindings = map[string]string{"power": "ipmitool"}
@@ -188,7 +192,7 @@ func TestMetalEnrollValidation(t *testing.T) {
 	}
 	if n.Node.ProvisionState != "enrolling" || n.Node.PoolID != m.pool || n.Node.SiteID != m.site.ID || n.Node.Labels["rack"] != "r1" ||
 		n.Node.DriverBindings["power"] != "ipmitool" || n.BMC.BootMAC != "3c:ec:ef:9a:1b:2c" ||
-		n.BMC.IPMI.PasswordSecret != "secret://root/fleet-bmc" || n.BMC.Redfish.PasswordSecret != "secret://acme/bmc" {
+		n.BMC.IPMI.PasswordSecret != "secret://acme/bmc" || n.BMC.Redfish.PasswordSecret != "secret://acme/bmc" {
 		t.Fatalf("enrolled: %+v %+v", n.Node, n.BMC)
 	}
 	// One node per BMC address per site.
@@ -485,6 +489,21 @@ func TestMetalSiteEndpoints(t *testing.T) {
 		if status, body, _ := creds(siteAuth(m.token, epoch), id); status != 404 || strings.Contains(body, "Password") {
 			t.Fatalf("credentials of %s: %d %s", id, status, body)
 		}
+	}
+	// A fleet secret a node of the tenant's own site names (written behind
+	// enrolment's back, which refuses it) never reaches the tenant's agent.
+	m.putSecret(api.DefaultRootTenant, "fleet-bmc", "the fleet's password")
+	if _, err := m.store.Pool.Exec(ctx, `UPDATE node_bmcs SET redfish_password_ref = 'secret://root/fleet-bmc' WHERE node_id = $1`,
+		n.Node.ID); err != nil {
+		t.Fatal(err)
+	}
+	if status, body, _ := creds(siteAuth(m.token, epoch), n.Node.ID); status != 409 || strings.Contains(body, "fleet's password") ||
+		!strings.Contains(body, "secretGone") {
+		t.Fatalf("a fleet secret for a tenant's site: %d %s", status, body)
+	}
+	if _, err := m.store.Pool.Exec(ctx, `UPDATE node_bmcs SET redfish_password_ref = 'secret://acme/bmc' WHERE node_id = $1`,
+		n.Node.ID); err != nil {
+		t.Fatal(err)
 	}
 	// A non-holder (a stale epoch, a lease taken over) is refused.
 	if status, _, _ := creds(siteAuth(m.token, epoch+1), n.Node.ID); status != 409 {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	coresecrets "github.com/better-compute/better-compute/core/secrets"
+
 	"github.com/gin-gonic/gin"
 
 	metalact "github.com/better-compute/better-compute/activities/metal"
@@ -120,6 +122,11 @@ func (g *Gateway) SiteBMCCredentials(ctx context.Context, in protocol.SiteBMCCre
 		use := secrets.Use{TenantID: n.TenantID, Purpose: "bmc-credentials", IdentityKind: "site", IdentityID: a.siteID,
 			ResourceType: g.types.Node, ResourceID: n.NodeID}
 		out = protocol.SiteBMCCredentialsResult{NodeID: n.NodeID}
+		for _, ref := range n.BMC.SecretRefs() {
+			if !g.siteMayResolve(a, n.TenantID, ref) {
+				return credentialsErr(core.Errorf(core.CodeNotFound, "secret not found"))
+			}
+		}
 		if r := n.BMC.Redfish; r != nil {
 			pw, err := g.deps.Secrets.Resolve(ctx, tx, r.PasswordSecret, use)
 			if err != nil {
@@ -141,6 +148,19 @@ func (g *Gateway) SiteBMCCredentials(ctx context.Context, in protocol.SiteBMCCre
 		return protocol.SiteBMCCredentialsResult{}, err
 	}
 	return out, nil
+}
+
+// siteMayResolve says whether the agent of a's site may have the secret
+// ref resolved for a node of tenant nodeTenant: the node's own secrets
+// always; the fleet's (the root tenant's) only at the platform's own sites,
+// since a tenant's custom site runs the tenant's own agent, which must
+// never read a platform secret a node there names.
+func (g *Gateway) siteMayResolve(a siteAgent, nodeTenant, ref string) bool {
+	refTenant, _, err := coresecrets.ParseRef(ref)
+	if err != nil {
+		return false
+	}
+	return refTenant == nodeTenant || a.tenantID == g.deps.RootTenant
 }
 
 // credentialsErr says that a referenced secret is gone (deleted since

@@ -305,6 +305,17 @@ func (m methods) enroll(ctx context.Context, c *rpc.Call, tx store.Tx, in Enroll
 		if err != nil {
 			return MetalNode{}, err
 		}
+		if ok && c.TenantID != m.d.RootTenant {
+			// A fleet secret serves only machines at the platform's own
+			// sites: a tenant's custom site runs the tenant's agent, which
+			// must never read it. Refused as if it did not exist.
+			refTenant, _, _ := coresecrets.ParseRef(ref)
+			if refTenant != c.TenantID {
+				if ok, err = domain.PoolAtPlatformSite(ctx, tx, in.PoolID, m.d.RootTenant); err != nil {
+					return MetalNode{}, err
+				}
+			}
+		}
 		if !ok {
 			return MetalNode{}, core.Errorf(core.CodeInvalidInput, "%s names no secret of this tenant or of the fleet", field).
 				WithDetails(map[string]any{"field": field, "reason": "secretNotFound"})

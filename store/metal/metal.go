@@ -310,6 +310,15 @@ const metalSelect = `SELECT m.operation, m.op_seq, m.op_args, m.step, m.origin_s
 	b.ipmi_address, b.ipmi_username, b.ipmi_password_ref, b.boot_mac, b.boot_mac_confirmed_at
 	FROM node_metal m JOIN node_bmcs b ON b.node_id = m.node_id WHERE m.node_id = $1`
 
+// PoolAtPlatformSite says whether the pool is at a site the platform
+// (rootTenant) owns, whose agent is the platform's.
+func PoolAtPlatformSite(ctx context.Context, tx store.Tx, poolID, rootTenant string) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pools p JOIN sites s ON s.id = p.site_id
+		WHERE p.id = $1 AND s.tenant_id = $2)`, poolID, rootTenant).Scan(&ok)
+	return ok, err
+}
+
 // Get reads the tenant's enrolled node; lock takes its lifecycle row for
 // a change. Another tenant's node is NOT_FOUND; a node of the tenant that
 // was not enrolled is INVALID_STATE (reason notMetal).
