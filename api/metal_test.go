@@ -154,6 +154,9 @@ func TestMetalEnrollValidation(t *testing.T) {
 		{"no username", in(func(v *metal.EnrollInput) { v.BMC.Redfish.Username = "" }), core.CodeInvalidInput, "bmc.redfish.username"},
 		{"ipmi without a password", in(func(v *metal.EnrollInput) { v.BMC.IPMI = &metal.IPMIInput{Address: "10.0.0.9:623", Username: "u"} }), core.CodeInvalidInput, "bmc.ipmi.passwordSecret"},
 		{"a bad boot MAC", in(func(v *metal.EnrollInput) { v.BootMAC = "zz:zz" }), core.CodeInvalidInput, "bootMac"},
+		{"an unknown driver", in(func(v *metal.EnrollInput) { v.Bindings = map[string]string{"power": "ipmitool"} }), core.CodeInvalidInput, "bindings.power"},
+		{"a driver without the concern", in(func(v *metal.EnrollInput) { v.Bindings = map[string]string{"virtual-media": "ipmi/v1"} }), core.CodeInvalidInput, "bindings.virtual-media"},
+		{"an unknown concern", in(func(v *metal.EnrollInput) { v.Bindings = map[string]string{"raid": "redfish/v1"} }), core.CodeInvalidInput, "bindings.raid"},
 		// The tenant's own (custom) site runs the tenant's agent, which must
 		// never read a platform secret: refused as if it did not exist.
 		{"a fleet secret at the tenant's own site", in(func(v *metal.EnrollInput) {
@@ -180,7 +183,7 @@ func TestMetalEnrollValidation(t *testing.T) {
 		v.BMC.IPMI = &metal.IPMIInput{Address: "10.0.0.9:623", Username: "u", PasswordSecret: "secret://acme/bmc"}
 		v.BootMAC = "3C-EC-EF-9A-1B-2C"
 		v.Labels = map[string]string{"rack": "r1"}
-		v.Bindings = map[string]string{"power": "ipmitool"}
+		v.Bindings = map[string]string{"power": "ipmi/v1"}
 	})
 	status, body := m.call(m.boot.UserToken, "metal.enroll", jsonOf(t, ok))
 	if status != 200 || strings.Contains(body, bmcPassword) || strings.Contains(body, "fleet's password") {
@@ -191,7 +194,7 @@ func TestMetalEnrollValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n.Node.ProvisionState != "enrolling" || n.Node.PoolID != m.pool || n.Node.SiteID != m.site.ID || n.Node.Labels["rack"] != "r1" ||
-		n.Node.DriverBindings["power"] != "ipmitool" || n.BMC.BootMAC != "3c:ec:ef:9a:1b:2c" ||
+		n.Node.DriverBindings["power"] != "ipmi/v1" || n.BMC.BootMAC != "3c:ec:ef:9a:1b:2c" ||
 		n.BMC.IPMI.PasswordSecret != "secret://acme/bmc" || n.BMC.Redfish.PasswordSecret != "secret://acme/bmc" {
 		t.Fatalf("enrolled: %+v %+v", n.Node, n.BMC)
 	}

@@ -1,6 +1,10 @@
 package drivers
 
-import "runtime/debug"
+import (
+	"fmt"
+	"runtime/debug"
+	"slices"
+)
 
 // Info describes one driver for drivers.list.
 type Info struct {
@@ -28,6 +32,24 @@ var catalog = []Info{
 		ConcernPower, ConcernManagement, ConcernBoot, ConcernVirtualMedia, ConcernInspect, ConcernConsole, ConcernBIOS, ConcernFirmware}},
 	{Name: DriverIPMI, Protocol: "ipmi", Library: BMCLibModule, Concerns: []Concern{
 		ConcernPower, ConcernManagement, ConcernBoot}},
+}
+
+// CheckBinding says why a node may not bind concern to driver: an unknown
+// concern, a driver not in the catalog, or one that does not implement the
+// concern ("" when it may).
+func CheckBinding(concern, driver string) string {
+	if !slices.Contains(Concerns, Concern(concern)) {
+		return fmt.Sprintf("%q is not a concern a BMC driver serves", concern)
+	}
+	for _, d := range catalog {
+		if d.Name == driver {
+			if slices.Contains(d.Concerns, Concern(concern)) {
+				return ""
+			}
+			return fmt.Sprintf("driver %s does not serve %s", driver, concern)
+		}
+	}
+	return fmt.Sprintf("%q is not a driver of drivers.list", driver)
 }
 
 // Catalog lists the drivers, their versions and concerns. The version is

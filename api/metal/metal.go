@@ -11,8 +11,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
+
+	"github.com/better-compute/better-compute/drivers"
 
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	"github.com/better-compute/better-compute/api/rpc"
@@ -288,6 +291,12 @@ func (m methods) enroll(ctx context.Context, c *rpc.Call, tx store.Tx, in Enroll
 	}
 	if err := domain.CheckEndpoints(b); err != nil {
 		return MetalNode{}, err
+	}
+	for _, concern := range slices.Sorted(maps.Keys(in.Bindings)) {
+		if why := drivers.CheckBinding(concern, in.Bindings[concern]); why != "" {
+			return MetalNode{}, core.Errorf(core.CodeInvalidInput, "bindings.%s: %s", concern, why).
+				WithDetails(map[string]any{"field": "bindings." + concern, "reason": "binding"})
+		}
 	}
 	for _, field := range []string{"bmc.redfish.passwordSecret", "bmc.ipmi.passwordSecret"} {
 		ref, ok := refs[field]
