@@ -733,20 +733,13 @@ func errorsAs(err error, target **core.Error) bool { return errors.As(err, targe
 // nodeInventory is the node's latest inventory document.
 func nodeInventory(t *testing.T, r *metalRig, nodeID string) coreinv.NodeInventory {
 	t.Helper()
-	out, err := rpc.Ref[inventoryInput, json.RawMessage]("inventory.get").Call(r.ctx, r.admin, inventoryInput{TenantID: metalRoot, NodeID: nodeID})
+	snap, err := apinodes.GetInventory.Call(r.ctx, r.admin, apinodes.InventoryInput{TenantID: metalRoot, NodeID: nodeID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Document coreinv.NodeInventory `json:"document"`
-	}
-	if err := json.Unmarshal(out, &doc); err != nil {
+	var doc coreinv.NodeInventory
+	if err := json.Unmarshal(snap.Document, &doc); err != nil {
 		t.Fatal(err)
 	}
-	return doc.Document
-}
-
-type inventoryInput struct {
-	TenantID string `json:"tenantId"`
-	NodeID   string `json:"nodeId"`
+	return doc
 }
