@@ -32,6 +32,13 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+// String is everything written so far.
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // lines are the JSON log lines written so far.
 func (l *lockedBuffer) lines() []map[string]any {
 	l.mu.Lock()

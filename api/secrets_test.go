@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/better-compute/better-compute/internal/testenv"
@@ -209,31 +208,13 @@ func TestSecretsWithoutAKEKAreUnavailable(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the server's goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A value is never in clear in the database, an answer or a log line:
 // after puts (new, replaced, replayed, refused), a resolution and a delete,
 // every table's rows as JSON, every answer and every log record (debug
 // level) are searched for the value, its hex and its base64.
 func TestSecretValuesAreNeverInClear(t *testing.T) {
 	e := newEnv(t)
-	var logs syncBuffer
+	var logs lockedBuffer
 	srv, err := api.New(api.Deps{Store: e.store, IAM: e.outer, Catalog: e.catalog, Secrets: e.vault,
 		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
