@@ -96,6 +96,10 @@ type RamdiskBootConfig struct {
 	Token   string `json:"token"`
 	BootID  string `json:"bootId,omitempty"`
 	Purpose string `json:"purpose"`
+	// AgentEndpoint is the agent listener as the site's machines reach it
+	// (`bcd site --machine-agent-endpoint`; "" means the one the join
+	// answers): a deploy writes it into the seed's SeedJoin.
+	AgentEndpoint string `json:"agentEndpoint,omitempty"`
 }
 
 // RamdiskBootConfigPath is where the ramdisk's boot configuration lies in
@@ -128,6 +132,9 @@ const (
 type RamdiskInstructions struct {
 	NodeID string        `json:"nodeId"`
 	Steps  []RamdiskStep `json:"steps"`
+	// PollMs, when set, is how often a waiting ramdisk reports again
+	// (a deploy's workflow hands it one step at a time).
+	PollMs int64 `json:"pollMs,omitempty"`
 }
 
 // RamdiskStepResult is one step's outcome.
@@ -149,4 +156,81 @@ type RamdiskDiscover struct {
 	Token     string          `json:"token"`
 	BootMAC   string          `json:"bootMac"`
 	Inventory json.RawMessage `json:"inventory"`
+}
+
+// Provisioning (Bare metal II): the image a site stages, the seed a
+// ramdisk writes, and how the installed system's agent re-joins.
+const (
+	// SiteImagePathPrefix + imageId + "?node=" + nodeId: GET an image's
+	// bytes for a workflow in flight on that node of the agent's site
+	// (honouring Range, so an interrupted fetch resumes). The site
+	// authenticates with the headers SiteTokenHeader and SiteEpochHeader.
+	SiteImagePathPrefix = "/agent/v1/site/images/"
+	SiteTokenHeader     = "Authorization" // "Bearer <site token>"
+	SiteEpochHeader     = "Bc-Site-Epoch"
+
+	// RamdiskSeedPath: the ramdisk of a deploy boot asks for the NoCloud
+	// seed of the workflow in flight (POST RamdiskSeedRequest, answers
+	// RamdiskSeed). User data held as a secret is resolved here, just
+	// before use; a secret that is gone answers NOT_FOUND, reason
+	// secretNotFound, and the write-seed step fails with that message.
+	RamdiskSeedPath = "/agent/v1/ramdisk/seed"
+)
+
+// The deploy steps of the ramdisk (args are strings; a list or an object
+// is its JSON).
+const (
+	// StepWriteImage streams args "url" (the site's boot server, which
+	// takes the boot token as a bearer) to the disk chosen by the hints
+	// "rootDevice" (a name or serial) and "minSizeBytes", checking
+	// "sha256" and "sizeBytes" while writing; a mismatch fails the step
+	// and leaves the disk's first MiB zeroed, so nothing boots from it.
+	StepWriteImage = "write-image"
+	// StepWriteSeed writes the NoCloud seed (RamdiskSeed, and
+	// SeedJoinFile) as a FAT partition labelled SeedLabel in the free
+	// space after the written image's partitions (args "rootDevice" as
+	// write-image's; the disk write-image wrote when left out).
+	StepWriteSeed = "write-seed"
+	// StepReboot posts its result, then reboots the machine.
+	StepReboot = "reboot"
+	// StepExec runs args "argv" (a JSON list) with "timeoutSeconds".
+	StepExec = "exec"
+)
+
+// RamdiskSeedRequest is the body of POST RamdiskSeedPath.
+type RamdiskSeedRequest struct {
+	Token string `json:"token"`
+}
+
+// RamdiskSeed answers RamdiskSeedPath: the NoCloud files' contents.
+type RamdiskSeed struct {
+	NodeID     string `json:"nodeId"`
+	WorkflowID string `json:"workflowId"`
+	// MetaData is the meta-data file (YAML: instance-id, local-hostname).
+	MetaData string `json:"metaData"`
+	// UserData is the user-data file ("" writes none).
+	UserData string `json:"userData,omitempty"`
+	// NetworkConfig is the network-config file ("" writes none).
+	NetworkConfig string `json:"networkConfig,omitempty"`
+}
+
+// The NoCloud seed as the ramdisk writes it and the installed system
+// reads it.
+const (
+	// SeedLabel is the seed filesystem's label (cloud-init's NoCloud).
+	SeedLabel = "CIDATA"
+	// SeedJoinFile is the seed's file of bcd's re-join config (SeedJoin).
+	SeedJoinFile = "bcd/join.json"
+)
+
+// SeedJoin is how the installed system's agent re-joins: `bcd node join`
+// with the deploy boot's token (a boot token joins only the boot's node,
+// with its hardware key, once, without approval), then `bcd node run`
+// against AgentEndpoint when set (the agent listener as the site's
+// machines reach it), else the endpoint the join answers.
+type SeedJoin struct {
+	APIURL        string `json:"apiUrl"`
+	Token         string `json:"token"`
+	NodeID        string `json:"nodeId"`
+	AgentEndpoint string `json:"agentEndpoint,omitempty"`
 }

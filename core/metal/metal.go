@@ -93,6 +93,10 @@ const (
 	StepBootDisk        = "boot-disk"
 	StepRevokeIdentity  = "revoke-identities"
 	StepEndBoot         = "end-boot"
+	// StepProvision runs the operation's provisioning workflow
+	// (core/provisioning): node_metal.step then shows the workflow's step
+	// in flight by its name.
+	StepProvision = "provision"
 )
 
 // Table is the lifecycle: one edge per operation.
@@ -211,4 +215,7 @@ const (
 	ReasonHardwareMismatch = "hardwareKeyMismatch"
 	ReasonStepFailed       = "stepFailed"
 	ReasonWorkflowLost     = "workflowLost"
+	// ReasonStepTimeout: a provisioning step ran past its own timeout on
+	// its last attempt.
+	ReasonStepTimeout = "stepTimeout"
 )

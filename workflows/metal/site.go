@@ -150,3 +150,49 @@ func RegisterAgent(r worker.ActivityRegistry, a SiteActivities) {
 	r.RegisterActivityWithOptions(a.ResetBIOS, activity.RegisterOptions{Name: ActivityResetBIOS})
 	r.RegisterActivityWithOptions(a.ConsoleLog, activity.RegisterOptions{Name: ActivityConsoleLog})
 }
+
+// The provisioning site activities (Bare metal II). `bcd site` serves them
+// with the rest; they are named here so the workflow and the agent agree.
+const (
+	// ActivityStageImage fetches an image from the control plane into the
+	// site's content-addressed cache (resuming with Range, checking its
+	// SHA-256; a mismatch is ErrTypeDigestMismatch, not retried, and
+	// nothing is kept) and serves it from the boot server to the node's
+	// ramdisk boots (the bearer the boot server takes is the token of the
+	// node's open boot), so it may run before the ramdisk boots.
+	ActivityStageImage = "MetalStageImage"
+	// ActivitySetBootDevice sets the boot device through the BMC, read
+	// back.
+	ActivitySetBootDevice = "MetalSetBootDevice"
+)
+
+// ErrTypeDigestMismatch: an image's bytes do not match its digest.
+const ErrTypeDigestMismatch = "DigestMismatch"
+
+// StageImageRequest is ActivityStageImage's input.
+type StageImageRequest struct {
+	Machine   MachineRef `json:"machine"`
+	ImageID   string     `json:"imageId"`
+	Format    string     `json:"format"`
+	SHA256    string     `json:"sha256"`
+	SizeBytes int64      `json:"sizeBytes"`
+}
+
+// StageImageResult is where the machine fetches the staged bytes and
+// what they are: for a raw or iso image the image itself; for qcow2 the
+// raw conversion the site made (its own digest and size).
+type StageImageResult struct {
+	URL       string `json:"url"`
+	SHA256    string `json:"sha256"`
+	SizeBytes int64  `json:"sizeBytes"`
+	// Cached: the site had the bytes already.
+	Cached bool `json:"cached"`
+}
+
+// BootDeviceRequest is ActivitySetBootDevice's input: device is disk, pxe
+// or cd.
+type BootDeviceRequest struct {
+	Machine    MachineRef `json:"machine"`
+	Device     string     `json:"device"`
+	Persistent bool       `json:"persistent"`
+}
