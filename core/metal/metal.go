@@ -30,6 +30,9 @@ const (
 	Retire   Operation = "retire"
 	Recover  Operation = "recover"
 	Power    Operation = "power"
+	// Retry runs a failed provisioning workflow again from its failed step
+	// (workflows.retry; it is no metal.* method, so not in Operations).
+	Retry Operation = "retry"
 )
 
 // Operations lists every operation the workflow runs.
