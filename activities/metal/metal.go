@@ -166,6 +166,12 @@ type BootProgress struct {
 	Done bool `json:"done"`
 	// Failed is the message of a step that failed ("" when none did).
 	Failed string `json:"failed,omitempty"`
+	// Joined and JoinError are BootStatus's: the installed system's agent
+	// re-joined with the boot's token, or why its join was refused.
+	Joined    bool   `json:"joined,omitempty"`
+	JoinError string `json:"joinError,omitempty"`
+	// Results are the results posted so far, in order.
+	Results []protocol.RamdiskStepResult `json:"results,omitempty"`
 }
 
 // BootProgress reads what the boot's ramdisk reported so far.
@@ -174,7 +180,7 @@ func (m *Metal) BootProgress(ctx context.Context, tenantID, bootID, purpose stri
 	if err != nil {
 		return BootProgress{}, storeErr("read boot "+bootID, err)
 	}
-	out := BootProgress{Reported: st.Reported, Done: st.Reported}
+	out := BootProgress{Reported: st.Reported, Done: st.Reported, Joined: st.Joined, JoinError: st.JoinError, Results: st.Results}
 	results := map[string]protocol.RamdiskStepResult{}
 	for _, r := range st.Results {
 		results[r.Name] = r

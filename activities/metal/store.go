@@ -184,6 +184,11 @@ type BootStatus struct {
 	// Results are the results of its steps, as posted.
 	Results  []protocol.RamdiskStepResult `json:"results,omitempty"`
 	Finished bool                         `json:"finished"`
+	// Joined: the installed system's agent joined with the boot's token
+	// (metal_boots.joined_at); JoinError is why a join with it was
+	// refused (another hardware key), "" when none was.
+	Joined    bool   `json:"joined,omitempty"`
+	JoinError string `json:"joinError,omitempty"`
 }
 
 // Ingest is what IngestInspection did: the hardware key recorded, or the
