@@ -151,6 +151,11 @@ type Finish struct {
 	Inspected bool `json:"inspected,omitempty"`
 	// Power is the power read back, "" to leave it.
 	Power nodes.Power `json:"power,omitempty"`
+	// WorkflowState ends the operation's provisioning workflow, if it has
+	// one, in the same transaction: "" is succeeded; an abort that was safe
+	// (no destructive step started) finishes back at the origin with
+	// provisioning.WorkflowAborted.
+	WorkflowState string `json:"workflowState,omitempty"`
 }
 
 // Failure is what Store.Fail records. Code is the API error code
@@ -164,6 +169,10 @@ type Failure struct {
 	Code     string `json:"code"`
 	Reason   string `json:"reason"`
 	Message  string `json:"message"`
+	// WorkflowState ends the operation's provisioning workflow, if it has
+	// one, in the same transaction: "" is failed (at Step, which a retry
+	// runs again); provisioning.WorkflowAborted after an abort.
+	WorkflowState string `json:"workflowState,omitempty"`
 }
 
 // InFlight is an operation in flight as the reconciler sees it.
