@@ -204,7 +204,7 @@ func (s *DBStore) BootStatus(ctx context.Context, tenantID, bootID string) (Boot
 	err := s.tx(ctx, func(tx store.Tx) error {
 		b, err := bootOf(ctx, tx, tenantID, bootID)
 		out = BootStatus{Reported: b.ReportedAt != nil, HardwareKey: b.HardwareKey, Results: b.Results,
-			Finished: b.FinishedAt != nil}
+			Finished: b.FinishedAt != nil, Joined: b.JoinedAt != nil, JoinError: b.JoinError}
 		return err
 	})
 	return out, err

@@ -2,6 +2,7 @@ package agentgateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/better-compute/better-compute/api/httpx"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
+	metaldomain "github.com/better-compute/better-compute/store/metal"
 	domain "github.com/better-compute/better-compute/store/nodes"
 	"github.com/better-compute/better-compute/store/pools"
 )
@@ -74,6 +76,9 @@ func (g *Gateway) Join(ctx context.Context, in protocol.JoinRequest) (int, any, 
 	if err != nil {
 		return 0, nil, err
 	}
+	if strings.HasPrefix(in.Token, protocol.BootTokenPrefix) {
+		return g.joinWithBoot(ctx, cand, in.Token)
+	}
 	var status int
 	var out any
 	err = g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
@@ -110,6 +115,46 @@ func (g *Gateway) Join(ctx context.Context, in protocol.JoinRequest) (int, any, 
 		return 0, nil, err
 	}
 	return status, out, nil
+}
+
+// joinWithBoot serves the join of a deployed system's agent with its
+// deploy boot's token: it joins only the boot's node, only with the node's
+// hardware key, while the boot is open, without approval. A refusal for
+// another hardware key is recorded on the boot before it is answered, so
+// the workflow awaiting the re-join fails at once; either way the
+// workflow is told.
+func (g *Gateway) joinWithBoot(ctx context.Context, cand domain.Candidate, token string) (int, any, error) {
+	var out protocol.JoinResult
+	var boot metaldomain.Boot
+	var refused error
+	err := g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		b, err := metaldomain.JoinWithBoot(ctx, tx, token, cand.HardwareKey.Key)
+		if errors.Is(err, metaldomain.ErrJoinRefused) {
+			boot, refused = b, err
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		boot = b
+		res, err := domain.Rejoin(ctx, tx, g.types, b.NodeID, cand, "boot:"+b.ID, g.deps.NodeCA.SignNode)
+		if err != nil {
+			return err
+		}
+		if err := metaldomain.MarkJoined(ctx, tx, b.ID); err != nil {
+			return err
+		}
+		out = g.joinResult(res.NodeID, string(res.Certificate))
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	g.signalBoot(ctx, boot.NodeID, boot.ID)
+	if refused != nil {
+		return 0, nil, refused
+	}
+	return http.StatusOK, out, nil
 }
 
 func (g *Gateway) joinResult(nodeID, certificate string) protocol.JoinResult {

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,16 +45,20 @@ type Boot struct {
 	Steps       []protocol.RamdiskStep
 	Results     []protocol.RamdiskStepResult
 	FinishedAt  *time.Time
+	// JoinedAt is when the installed system's agent first joined with the
+	// boot's token; JoinError why a join with it was refused.
+	JoinedAt  *time.Time
+	JoinError string
 }
 
 const bootSelect = `SELECT id, node_id, tenant_id, site_id, op_seq, purpose, token_hash IS NOT NULL, expires_at, reported_at,
-	inventory, hardware_key, steps, results, finished_at FROM metal_boots`
+	inventory, hardware_key, steps, results, finished_at, joined_at, join_error FROM metal_boots`
 
 func scanBoot(row pgx.Row) (Boot, error) {
 	var b Boot
 	var inv, steps, results []byte
 	err := row.Scan(&b.ID, &b.NodeID, &b.TenantID, &b.SiteID, &b.OpSeq, &b.Purpose, &b.TokenIssued, &b.ExpiresAt, &b.ReportedAt,
-		&inv, &b.HardwareKey, &steps, &results, &b.FinishedAt)
+		&inv, &b.HardwareKey, &steps, &results, &b.FinishedAt, &b.JoinedAt, &b.JoinError)
 	if err != nil {
 		return Boot{}, err
 	}
@@ -312,4 +317,48 @@ func (b Boot) Pending() []protocol.RamdiskStep {
 		return []protocol.RamdiskStep{}
 	}
 	return b.Steps[len(b.Results):]
+}
+
+// ErrJoinRefused wraps a join with a boot token that was refused and
+// recorded on the boot (metal_boots.join_error): the caller commits the
+// record, then answers the error.
+var ErrJoinRefused = errors.New("the join with the boot's token was refused")
+
+// JoinWithBoot checks a join that presents a boot token: the token must be
+// an open deploy boot's (anything else reads as an unknown token, so a
+// token of another purpose joins nothing), and the joining machine's
+// hardware key the boot's node's. A key that differs records the refusal
+// on the boot and answers CONFLICT (reason hardwareKeyMismatch) wrapping
+// ErrJoinRefused: the caller commits, then answers it. On success it
+// answers the boot, locked, for the caller to admit its node and MarkJoined.
+func JoinWithBoot(ctx context.Context, tx store.Tx, token, hardwareKey string) (Boot, error) {
+	b, err := bootByToken(ctx, tx, token)
+	if errors.Is(err, ErrBootEnded) {
+		return Boot{}, core.Errorf(core.CodeUnauthn, "the boot token's boot has ended")
+	}
+	if err != nil {
+		return Boot{}, err
+	}
+	if b.Purpose != PurposeDeploy {
+		return Boot{}, unknownToken()
+	}
+	var want string
+	if err := tx.QueryRow(ctx, `SELECT hardware_key FROM nodes WHERE id = $1`, b.NodeID).Scan(&want); err != nil {
+		return Boot{}, err
+	}
+	if want == "" || hardwareKey != want {
+		msg := fmt.Sprintf("the machine joined with hardware key %q, not node %s's %q", hardwareKey, b.NodeID, want)
+		if _, err := tx.Exec(ctx, `UPDATE metal_boots SET join_error = $2 WHERE id = $1`, b.ID, msg); err != nil {
+			return Boot{}, err
+		}
+		return b, fmt.Errorf("%w: %w", ErrJoinRefused, core.Errorf(core.CodeConflict, "%s", msg).
+			WithDetails(map[string]any{"reason": coremetal.ReasonHardwareMismatch, "nodeId": b.NodeID}))
+	}
+	return b, nil
+}
+
+// MarkJoined records the boot's first successful join.
+func MarkJoined(ctx context.Context, tx store.Tx, bootID string) error {
+	_, err := tx.Exec(ctx, `UPDATE metal_boots SET joined_at = coalesce(joined_at, now()), join_error = '' WHERE id = $1`, bootID)
+	return err
 }

@@ -169,6 +169,26 @@ func Admit(ctx context.Context, tx store.Tx, t Types, pool pools.Pool, cand Cand
 		map[string]any{"poolId": pool.ID, "by": by}); err != nil {
 		return Admitted{}, err
 	}
+	return admitted(ctx, tx, t, nodeID, cand, sign)
+}
+
+// Rejoin admits the machine of a node that presented a credential bound to
+// that node (a deploy boot's token, whose caller checked the hardware key):
+// the node's earlier identities are revoked, its inventory ingested and a
+// certificate issued, with no approval, since the operator who deployed it
+// already decided. by is the credential.
+func Rejoin(ctx context.Context, tx store.Tx, t Types, nodeID string, cand Candidate, by string, sign Signer) (Admitted, error) {
+	if _, err := RevokeNodeIdentities(ctx, tx, nodeID, by); err != nil {
+		return Admitted{}, err
+	}
+	if err := AddEvent(ctx, tx, nodeID, EventJoined, "the deployed system joined", map[string]any{"by": by}); err != nil {
+		return Admitted{}, err
+	}
+	return admitted(ctx, tx, t, nodeID, cand, sign)
+}
+
+// admitted ingests a joined machine's inventory and issues its identity.
+func admitted(ctx context.Context, tx store.Tx, t Types, nodeID string, cand Candidate, sign Signer) (Admitted, error) {
 	if _, err := Ingest(ctx, tx, t, nodeID, cand.Inventory); err != nil {
 		return Admitted{}, err
 	}
