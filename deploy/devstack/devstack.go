@@ -43,6 +43,10 @@ type Options struct {
 	UIAddr       string // the Temporal Web UI; "-" for none
 	// AgentAddr is the agent listener (mutual TLS).
 	AgentAddr string
+	// AgentHosts are further names or addresses the agent listener's
+	// certificate is valid for: how machines behind a NAT reach it (a QEMU
+	// guest reaches the host's loopback at 10.0.2.2).
+	AgentHosts []string
 	// Agents simulated `bcd node` processes join the demo pool (default 2;
 	// -1 for none); BCD is the bcd binary (default: bcd next to this
 	// executable, and no agents without one).
@@ -255,7 +259,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.stopAgentListener, s.agentListenerStopped = stopAgentListener, make(chan struct{})
 	go func() {
 		defer close(s.agentListenerStopped)
-		if err := s.cp.ServeAgents(agentCtx, agentLn, []string{agentHost}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.cp.ServeAgents(agentCtx, agentLn, append([]string{agentHost}, o.AgentHosts...)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("agent listener", "error", err)
 		}
 	}()
