@@ -19,6 +19,9 @@ CREATE TABLE images (
     verified           boolean NOT NULL DEFAULT false,
     signer_fingerprint text NOT NULL DEFAULT '',
     signature          text NOT NULL DEFAULT '',
+    -- The fingerprint of the key the signature names, allowed or not: a
+    -- signer added later verifies the images it had signed.
+    signed_by          text NOT NULL DEFAULT '',
     description        text NOT NULL DEFAULT '',
     created_by         text NOT NULL,
     -- The idempotency key of the images.register that made the row, and
@@ -37,6 +40,7 @@ CREATE TABLE images (
 CREATE INDEX images_tenant_id ON images (tenant_id, id);
 CREATE INDEX images_public ON images (name, version) WHERE visibility = 'public';
 CREATE INDEX images_signer ON images (signer_fingerprint) WHERE signer_fingerprint <> '';
+CREATE INDEX images_signed_by ON images (signed_by) WHERE signed_by <> '';
 CREATE UNIQUE INDEX images_idempotency ON images (tenant_id, created_by, idempotency_key) WHERE idempotency_key <> '';
 
 -- The one-time upload tokens images.register mints: only their SHA-256 is

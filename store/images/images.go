@@ -13,12 +13,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/better-compute/core"
 	coreimages "github.com/better-compute/better-compute/core/images"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 )
 
 // ResourceType is the catalog type an image is decided on; AuthzType its
@@ -95,12 +97,42 @@ func Resolve(ctx context.Context, tx store.DBTX, tenantID string, ref coreimages
 	}
 }
 
+// Images is the images domain's writes: registration, upload, promotion
+// and the signer allowlists, over the tenant's blobs.
+type Images struct {
+	blobs     blobs.Store
+	root      string
+	typ       string
+	uploadTTL time.Duration
+}
+
+// DefaultUploadTTL is how long an upload token lasts.
+const DefaultUploadTTL = time.Hour
+
+// New is the domain over the blob store bs (nil: uploads and registrations
+// answer UNAVAILABLE), in a deployment whose platform tenant is root (its
+// signers are the fleet's, its images the fleet's), deciding on the
+// authorization type typ (the catalog's full name of "image"); uploadTTL 0
+// is DefaultUploadTTL.
+func New(bs blobs.Store, root, typ string, uploadTTL time.Duration) *Images {
+	if uploadTTL <= 0 {
+		uploadTTL = DefaultUploadTTL
+	}
+	if typ == "" {
+		typ = AuthzType
+	}
+	return &Images{blobs: bs, root: root, typ: typ, uploadTTL: uploadTTL}
+}
+
+// RootTenant is the platform's tenant, whose images are the fleet's.
+func (m *Images) RootTenant() string { return m.root }
+
 // authzRow is the image's authorization row: its visibility and verified
 // attributes, and, once public, the wildcard that makes it resolve in
 // every tenant's view (store.SharedWithAll).
-func authzRow(im coreimages.Image, owner string) store.AuthzResource {
+func (m *Images) authzRow(im coreimages.Image) store.AuthzResource {
 	r := store.AuthzResource{
-		Type: AuthzType, ID: im.ID, TenantID: im.TenantID, OwnerID: owner,
+		Type: m.typ, ID: im.ID, TenantID: im.TenantID,
 		Attributes: map[string]any{"visibility": im.Visibility, "verified": im.Verified},
 	}
 	if im.Visibility == coreimages.Public {
@@ -110,6 +142,6 @@ func authzRow(im coreimages.Image, owner string) store.AuthzResource {
 }
 
 // putAuthz writes the image's authorization row in tx.
-func putAuthz(ctx context.Context, tx store.Tx, im coreimages.Image, owner string) error {
-	return store.PutAuthzResource(ctx, tx, authzRow(im, owner))
+func (m *Images) putAuthz(ctx context.Context, tx store.Tx, im coreimages.Image) error {
+	return store.PutAuthzResource(ctx, tx, m.authzRow(im))
 }
