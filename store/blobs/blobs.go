@@ -39,6 +39,9 @@ var (
 	// ErrDigestMismatch: the bytes Put read are not of the declared size
 	// and SHA-256; nothing was kept.
 	ErrDigestMismatch = errors.New("blobs: the bytes do not match the declared digest and size")
+	// ErrBody: reading the bytes given to Put failed (a client that went
+	// away); nothing was kept.
+	ErrBody = errors.New("blobs: reading the bytes failed")
 	// ErrInvalidKey: a key whose tenant or digest is malformed.
 	ErrInvalidKey = errors.New("blobs: invalid key")
 )
@@ -156,17 +159,22 @@ func (d *Dir) Open(_ context.Context, k Key) (Object, error) {
 	return file{File: f, info: Info{Size: fi.Size(), ModTime: fi.ModTime()}}, nil
 }
 
-// ctxReader stops a copy once its context ends.
-type ctxReader struct {
+// bodyReader stops a copy once its context ends, and marks its read
+// errors as ErrBody (a write error is the store's).
+type bodyReader struct {
 	ctx context.Context
 	r   io.Reader
 }
 
-func (c ctxReader) Read(p []byte) (int, error) {
+func (c bodyReader) Read(p []byte) (int, error) {
 	if err := c.ctx.Err(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", ErrBody, err)
 	}
-	return c.r.Read(p)
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: %w", ErrBody, err)
+	}
+	return n, err
 }
 
 // Put implements Store.
@@ -192,9 +200,12 @@ func (d *Dir) Put(ctx context.Context, k Key, size int64, r io.Reader) (info Inf
 	}()
 	h := sha256.New()
 	// One byte past size tells a longer body from an exact one.
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(ctxReader{ctx, r}, size+1))
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(bodyReader{ctx, r}, size+1))
 	if err != nil {
-		return Info{}, fmt.Errorf("blobs: reading the bytes of %s: %w", k, err)
+		if errors.Is(err, ErrBody) {
+			return Info{}, err
+		}
+		return Info{}, fmt.Errorf("blobs: writing the bytes of %s: %w", k, err)
 	}
 	if n != size || hex.EncodeToString(h.Sum(nil)) != k.SHA256 {
 		return Info{}, ErrDigestMismatch

@@ -281,6 +281,9 @@ func (m *Images) PutBytes(ctx context.Context, im coreimages.Image, body io.Read
 		return core.Errorf(core.CodeInvalidInput, "the uploaded bytes are not the %d bytes of SHA-256 %s that image %s was registered with",
 			im.SizeBytes, im.SHA256, im.ID).WithDetails(map[string]any{"reason": "digestMismatch"})
 	}
+	if errors.Is(err, blobs.ErrBody) {
+		return core.Wrap(core.CodeInvalidInput, err, "reading the uploaded bytes failed")
+	}
 	if err != nil {
 		return fmt.Errorf("images: storing the bytes of %s: %w", im.ID, err)
 	}
