@@ -4,6 +4,7 @@ import (
 	"github.com/better-compute/better-compute/api/capacity"
 	"github.com/better-compute/better-compute/api/drivers"
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/images"
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
@@ -29,4 +30,5 @@ var Domains = []rpc.Domain{
 	metal.Methods,
 	secrets.Methods,
 	drivers.Methods,
+	images.Methods,
 }

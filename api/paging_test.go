@@ -287,6 +287,19 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"images.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
+			ids := pagingIDs("img", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO images (id, tenant_id, name, version, format, sha256, size_bytes, created_by)
+				SELECT id, 'acme', id, '1', 'raw', repeat('a', 64), 1, 'idn_x' FROM unnest($1::text[]) id`, ids); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, attributes)
+				SELECT $2, id, 'acme', '{"visibility":"private","verified":false}' FROM unnest($1::text[]) id`,
+				ids, e.catalog.FullName("image")); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"usage.list": {input: map[string]any{"tenantId": "acme", "from": usageMs(0), "to": usageMs(12), "groupBy": "reservation"},
 			itemKey: func(item map[string]any) string { return fmt.Sprint(item["reservationId"]) },
 			insert: func(first, n int) []string {

@@ -18,11 +18,13 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/better-compute/better-compute/api/httpx"
+	"github.com/better-compute/better-compute/api/images"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
 )
 
@@ -74,6 +76,9 @@ type Deps struct {
 	// domain (rpc.Deps).
 	Secrets *secrets.Vault
 	Metal   rpc.MetalConfig
+	// Blobs holds images' bytes (rpc.Deps); the upload endpoint
+	// (images.UploadPath) streams into it.
+	Blobs blobs.Store
 }
 
 // RouteMounter puts routes on the API's router.
@@ -132,7 +137,7 @@ func New(deps Deps) (*Server, error) {
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
 		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts, Secrets: deps.Secrets,
-		IAM: deps.IAM, Metal: deps.Metal}
+		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)
@@ -153,6 +158,7 @@ func New(deps Deps) (*Server, error) {
 		writeError(c, core.Errorf(core.CodeInvalidInput, "method %s not allowed here", c.Request.Method))
 	})
 	e.POST("/api/compute/:group/:method", s.handleCall)
+	e.PUT(images.UploadPath, images.Upload(rdeps))
 	e.GET("/healthz", s.handleHealth)
 	e.GET(OpenAPIPath, s.handleOpenAPI)
 	if deps.Routes != nil {

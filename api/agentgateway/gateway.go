@@ -27,6 +27,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	domain "github.com/better-compute/better-compute/store/nodes"
 )
 
@@ -83,6 +84,11 @@ type Deps struct {
 	// Secrets resolves BMC password references for the site agents'
 	// credential endpoint; without it that endpoint answers UNAVAILABLE.
 	Secrets SecretResolver
+	// Blobs holds images' bytes, and ImageForSite says which image a
+	// node's workflow in flight writes: the site image endpoint serves
+	// only those (without either it answers UNAVAILABLE).
+	Blobs        blobs.Store
+	ImageForSite ImageForSite
 	// Metrics, when set, gets the gateway's series (bc_agent_sessions,
 	// bc_agent_heartbeat_seconds).
 	Metrics prometheus.Registerer
@@ -155,9 +161,10 @@ func New(d Deps) (*Gateway, error) {
 
 // Mount puts the gateway's routes of the API listener on r: the node's
 // join and join status, the site agent's register and renew, and the
-// bare-metal site and ramdisk endpoints.
+// bare-metal site and ramdisk endpoints, and the site image endpoint.
 func (g *Gateway) Mount(r gin.IRoutes) {
 	g.MountMetal(r)
+	g.MountImages(r)
 	r.POST(protocol.JoinPath, g.handleJoin)
 	r.POST(protocol.JoinStatusPath, g.handleJoinStatus)
 	r.POST(protocol.SiteRegisterPath, agentJSON(g.SiteRegister))

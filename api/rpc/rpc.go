@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
 )
 
@@ -83,6 +84,9 @@ type Deps struct {
 	// Secrets is the sealed secret store; nil (or one without a
 	// key-encryption key) refuses secrets.put with UNAVAILABLE.
 	Secrets *secrets.Vault
+	// Blobs holds images' bytes; nil answers images.register and uploads
+	// UNAVAILABLE.
+	Blobs blobs.Store
 	// IAM decides what a handler decides itself, per item (metal.bulk's
 	// "then each node"); nil answers those items UNAVAILABLE.
 	IAM iam.Port

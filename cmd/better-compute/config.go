@@ -42,6 +42,8 @@ type config struct {
 	// SecretsKEKFile holds the secret store's key-encryption keys; without
 	// it they come from BC_SECRETS_KEK (store/secrets.LoadKeyring).
 	SecretsKEKFile string
+	// BlobDir is the directory images' bytes are kept in (store/blobs.Dir).
+	BlobDir string
 }
 
 // setting ties one flag to its environment variable.
@@ -73,7 +75,8 @@ func (c *config) settings(withListen bool) []setting {
 			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""},
 			setting{"reservation-max-ahead", "BC_RESERVATION_MAX_AHEAD", "how far ahead a reservation may start (a Go duration)", &c.ReservationMaxAhead, "8760h"},
 			setting{"public-url", "BC_PUBLIC_URL", "the API's base URL as nodes reach it, for the join command joinTokens.create answers", &c.PublicURL, ""},
-			setting{"secrets-kek-file", "BC_SECRETS_KEK_FILE", "file (mode 0600) of the secret store's key-encryption keys, base64 of 32 bytes each, the sealing one first; without it BC_SECRETS_KEK holds them", &c.SecretsKEKFile, ""})
+			setting{"secrets-kek-file", "BC_SECRETS_KEK_FILE", "file (mode 0600) of the secret store's key-encryption keys, base64 of 32 bytes each, the sealing one first; without it BC_SECRETS_KEK holds them", &c.SecretsKEKFile, ""},
+			setting{"blob-dir", "BC_BLOB_DIR", "directory images' bytes are kept in; empty: images.register and uploads answer UNAVAILABLE", &c.BlobDir, ""})
 	}
 	return s
 }

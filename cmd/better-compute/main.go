@@ -24,12 +24,14 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(devCmd(), serveCmd(), workerCmd(), temporalCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd(), openapiCmd(), secretsRewrapCmd())
+	root.AddCommand(devCmd(), serveCmd(), workerCmd(), temporalCmd(), migrateCmd(), iamCmd(), iamHostCmd(), doctorCmd(), versionCmd(), openapiCmd(), secretsRewrapCmd(),
+		imageSignersCmd())
 	// The API's own commands, one per method of the registry.
 	reg, err := api.BuildRegistry(api.Domains)
 	if err == nil {
 		err = cli.Attach(root, cli.Options{Registry: reg})
 	}
+	addImagesPush(root, cli.Options{Registry: reg})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "better-compute:", err)
 		os.Exit(cli.ExitGeneric)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/workers"
 )
 
@@ -85,11 +86,18 @@ func serveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var blobStore blobs.Store
+			if cfg.BlobDir != "" {
+				if blobStore, err = blobs.NewDir(cfg.BlobDir); err != nil {
+					return err
+				}
+			}
 			cp, err := controlplane.New(cmd.Context(), controlplane.Config{
 				Store: b.store, Temporal: b.temporal, TaskQueue: workers.ControlPlaneQueue, RootTenant: cfg.RootTenant,
 				Logger: b.logger, RemoteIAM: remote, NodeCA: agents.ca, AgentEndpoint: agents.endpoint,
 				TemporalAddress: cfg.Temporal.Address, TemporalNamespace: cfg.Temporal.Namespace,
 				ReservationMaxAhead: maxAhead, PublicURL: cfg.PublicURL, SecretsKeys: keys,
+				Blobs: blobStore,
 			})
 			if err != nil {
 				return err

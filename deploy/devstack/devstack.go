@@ -28,6 +28,7 @@ import (
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workers"
 )
@@ -158,6 +159,9 @@ type Stack struct {
 // SecretsKEKFile is the dev stack's key-encryption key, under Dir.
 const SecretsKEKFile = "secrets-kek"
 
+// BlobDir is the dev stack's blob store (images' bytes), under Dir.
+const BlobDir = "blobs"
+
 // Start brings the stack up, in dependency order. On any failure it stops
 // what it had started and returns the error.
 func Start(ctx context.Context, o Options) (s *Stack, err error) {
@@ -239,6 +243,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
+	// Images' bytes, kept with the checkout's other dev state.
+	blobStore, err := blobs.NewDir(filepath.Join(o.Dir, BlobDir))
+	if err != nil {
+		return s, err
+	}
 	agentLn, err := net.Listen("tcp", o.AgentAddr)
 	if err != nil {
 		return s, fmt.Errorf("agent listener: %w", err)
@@ -249,7 +258,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		NodeCA: ca, AgentEndpoint: s.agentURL,
 		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
 		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace, Metrics: metrics,
-		SecretsKeys: keys,
+		SecretsKeys: keys, Blobs: blobStore,
 	}); err != nil {
 		agentLn.Close()
 		return s, err

@@ -26,6 +26,7 @@ import (
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
 )
 
@@ -78,6 +79,12 @@ type Config struct {
 	// secrets.put and every resolution answer UNAVAILABLE (nothing is ever
 	// stored in clear).
 	SecretsKeys *secrets.Keyring
+	// Blobs holds images' bytes (uploads, the site image endpoint); nil
+	// answers images.register and both endpoints UNAVAILABLE.
+	Blobs blobs.Store
+	// ImageForSite says which image a node's workflow in flight writes,
+	// for the site image endpoint (agentgateway.Deps).
+	ImageForSite agentgateway.ImageForSite
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -181,6 +188,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		AgentLease: cfg.AgentLease, AgentHeartbeat: cfg.AgentHeartbeat,
 		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace, Temporal: cfg.Temporal,
 		Logger: cfg.Logger.With("component", "agent-gateway"), Metrics: metrics, Secrets: vault,
+		Blobs: cfg.Blobs, ImageForSite: cfg.ImageForSite,
 	})
 	if err != nil {
 		return nil, err
@@ -201,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
-		PublicURL: cfg.PublicURL, Secrets: vault,
+		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs,
 	})
 	if err != nil {
 		return nil, err
