@@ -155,7 +155,7 @@ type authzEntry struct {
 }
 
 func (e *authzEntry) visibleIn(tenantID string) bool {
-	return e.tenantID == tenantID || slices.Contains(e.sharedWith, tenantID)
+	return e.tenantID == tenantID || slices.Contains(e.sharedWith, tenantID) || slices.Contains(e.sharedWith, store.SharedWithAll)
 }
 
 // Projection is the in-memory authorization projection of one process. It

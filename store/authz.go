@@ -51,11 +51,16 @@ type AuthzResource struct {
 	// booleans only. Read back, numbers are float64.
 	Attributes map[string]any
 	// SharedWith lists other tenants in whose view the resource resolves
-	// (a pool offered to them). Stored sorted and without duplicates.
+	// (a pool offered to them), or SharedWithAll for every tenant (a public
+	// image). Stored sorted and without duplicates.
 	SharedWith []string
 	// UpdatedAt is set by the database; PutAuthzResource ignores it.
 	UpdatedAt time.Time
 }
+
+// SharedWithAll in SharedWith makes a resource resolve in every tenant's
+// view (no tenant id is "*").
+const SharedWithAll = "*"
 
 // Key is the row's primary key as "type/id".
 func (r AuthzResource) Key() string { return r.Type + "/" + r.ID }
@@ -381,7 +386,7 @@ func (s *Store) ListenAuthzChanges(ctx context.Context, notify func()) error {
 func VisibleIn(idColumn, tenantParam, typeParam string, shared bool) string {
 	view := `a.tenant_id = ` + tenantParam
 	if shared {
-		view = `(a.tenant_id = ` + tenantParam + ` OR ` + tenantParam + ` = ANY (a.shared_with))`
+		view = `(a.tenant_id = ` + tenantParam + ` OR ` + tenantParam + ` = ANY (a.shared_with) OR '` + SharedWithAll + `' = ANY (a.shared_with))`
 	}
 	return `EXISTS (SELECT 1 FROM authz_resources a WHERE a.type = ` + typeParam + ` AND a.id = ` + idColumn + ` AND ` + view + `)`
 }
