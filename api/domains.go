@@ -8,6 +8,7 @@ import (
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/profiles"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
@@ -31,4 +32,5 @@ var Domains = []rpc.Domain{
 	secrets.Methods,
 	drivers.Methods,
 	images.Methods,
+	profiles.Methods,
 }
