@@ -302,8 +302,16 @@ func (c *imageCache) fetchOnce(ctx context.Context, f *os.File, h hash.Hash, n i
 	fetch fetchFunc) (total int64, complete bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// A fetch that receives nothing for fetchStall (no answer, or no byte
+	// of the body) is abandoned and resumed: the connection may be dead
+	// without a reset.
+	stall := time.AfterFunc(fetchStall, func() { cancel(errors.New("the fetch stalled")) })
+	defer stall.Stop()
 	resp, err := fetch(ctx, n)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
 		return n, false, err
 	}
 	defer resp.Body.Close()
@@ -332,10 +340,7 @@ func (c *imageCache) fetchOnce(ctx context.Context, f *os.File, h hash.Hash, n i
 	if _, err := f.Seek(n, io.SeekStart); err != nil {
 		return n, false, fmt.Errorf("site: the image's part file: %w", err)
 	}
-	// A fetch that receives nothing for fetchStall is abandoned (and
-	// resumed): the connection may be dead without a reset.
-	stall := time.AfterFunc(fetchStall, func() { cancel(errors.New("the fetch stalled")) })
-	defer stall.Stop()
+	stall.Reset(fetchStall)
 	body := &progressReader{r: resp.Body, onRead: func() { stall.Reset(fetchStall) }}
 	// One byte past the image's size shows an image that is too long.
 	got, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, r.SizeBytes-n+1))

@@ -37,6 +37,8 @@ type testImage struct {
 	nodes     map[string]bool
 	dropAfter int
 	dropped   bool
+	// ignoreRange answers every fetch whole, as a server without ranges.
+	ignoreRange bool
 }
 
 // imageEndpoint is the API's site image endpoint as the agent protocol
@@ -96,8 +98,11 @@ func (a *siteAPI) serveImage(w http.ResponseWriter, r *http.Request) {
 	if drop {
 		img.dropped = true
 	}
-	data := img.data
+	data, whole := img.data, img.ignoreRange
 	e.mu.Unlock()
+	if whole {
+		r.Header.Del("Range")
+	}
 	if drop {
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -253,6 +258,59 @@ func TestStageImageResumesAndServes(t *testing.T) {
 		if strings.Contains(r.logs.String(), secret) {
 			t.Fatalf("a secret is in the logs:\n%s", r.logs.String())
 		}
+	}
+}
+
+// A part file an earlier attempt left is resumed from its end; a server
+// that ignores the range is fetched whole again; a part file whose bytes
+// are not the image's fails the attempt as a mismatch and is removed, so
+// the next attempt fetches afresh and succeeds.
+func TestStageImagePartFile(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	data := randomBytes(1<<20+7, 7)
+	r.api.images.add("img_p", data, "node_ipmi")
+	req := stageReq(ipmiRef(), "img_p", images.FormatRaw, data)
+	part := filepath.Join(r.bootDir, imagesDir, partsDir, req.SHA256)
+	if err := os.MkdirAll(filepath.Dir(part), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(part, data[:300000], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.acts.StageImage(ctx, req); err != nil {
+		t.Fatalf("StageImage over a part file: %v", err)
+	}
+	if got := r.api.images.fetches(); len(got) != 1 || got[0] != "bytes=300000-" {
+		t.Fatalf("the fetches' ranges = %q, want one from the part file's end", got)
+	}
+
+	whole := r.api.images.add("img_w", data[:1<<20], "node_ipmi")
+	whole.ignoreRange = true
+	wreq := stageReq(ipmiRef(), "img_w", images.FormatRaw, data[:1<<20])
+	if err := os.WriteFile(filepath.Join(r.bootDir, imagesDir, partsDir, wreq.SHA256), data[:4096], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.acts.StageImage(ctx, wreq); err != nil {
+		t.Fatalf("StageImage from a server without ranges: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.bootDir, imagesDir, blobsDir, wreq.SHA256)); err != nil || !bytes.Equal(b, data[:1<<20]) {
+		t.Fatalf("the cache does not hold the image fetched whole again: %v", err)
+	}
+
+	r.api.images.add("img_c", data[4096:], "node_ipmi")
+	creq := stageReq(ipmiRef(), "img_c", images.FormatRaw, data[4096:])
+	cpart := filepath.Join(r.bootDir, imagesDir, partsDir, creq.SHA256)
+	if err := os.WriteFile(cpart, bytes.Repeat([]byte{0}, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.acts.StageImage(ctx, creq)
+	appErr(t, err, metal.ErrTypeDigestMismatch, true)
+	if exists(cpart) {
+		t.Fatal("a part file that did not match remains")
+	}
+	if res, err := r.acts.StageImage(ctx, creq); err != nil || res.Cached || res.SHA256 != creq.SHA256 {
+		t.Fatalf("StageImage after the mismatch = %+v, %v", res, err)
 	}
 }
 
