@@ -446,11 +446,16 @@ func TestStageImageQCOW2(t *testing.T) {
 // machines reach it (bcd site --machine-agent-endpoint).
 func TestBootConfigAgentEndpoint(t *testing.T) {
 	r := newRig(t)
-	r.boot.agentEndpoint = "10.0.2.2:7443"
-	if _, err := r.acts.BootRamdisk(context.Background(), metal.BootRequest{Machine: ipmiRef(), BootID: "boot_pxe", Purpose: "deploy"}); err != nil {
+	bs := newBootServer(BootOptions{Images: r.boot.images, MachineAgentEndpoint: "10.0.2.2:7443"}, "", machineAPIURL,
+		t.TempDir(), r.acts.t.a.log)
+	srv := httptest.NewServer(bs.handler())
+	t.Cleanup(srv.Close)
+	bs.startTerm(r.acts.t)
+	acts := &metalActivities{t: r.acts.t, bmc: r.bmc, boot: bs}
+	if _, err := acts.BootRamdisk(context.Background(), metal.BootRequest{Machine: ipmiRef(), BootID: "boot_pxe", Purpose: "deploy"}); err != nil {
 		t.Fatal(err)
 	}
-	code, body, _ := get(t, r.bootURL+"/boot/boot_pxe/boot.json")
+	code, body, _ := get(t, srv.URL+"/boot/boot_pxe/boot.json")
 	if code != http.StatusOK || !strings.Contains(string(body), `"agentEndpoint":"10.0.2.2:7443"`) {
 		t.Fatalf("GET boot.json = %d %s, want the agent endpoint", code, body)
 	}
