@@ -53,9 +53,18 @@ type BootOptions struct {
 	// Images builds the boots' pieces; nil serves only the discovery
 	// configuration.
 	Images Images
-	// Dir caches the boots' pieces; default a temporary directory
-	// removed when Run returns.
+	// Dir caches the boots' pieces and the staged images (images/); default
+	// a temporary directory removed when Run returns. With a directory
+	// that stays, an agent restarted goes on serving the images staged
+	// before to the boots open before.
 	Dir string
+	// MachineAgentEndpoint is the agent listener as the site's machines
+	// reach it, written into every boot's configuration (a deploy's seed
+	// re-joins against it); "" leaves it to the endpoint the join answers.
+	MachineAgentEndpoint string
+	// QemuImg is qemu-img's path, which converts qcow2 images to raw; ""
+	// looks it up on $PATH.
+	QemuImg string
 }
 
 // bootIDPattern bounds what a boot id may be: it becomes a directory name.
@@ -87,10 +96,12 @@ type discovery struct {
 // between terms it answers nothing. Registrations outlive a term (the
 // machine may still be fetching them) and end with EndBoot or the process.
 type bootServer struct {
-	url, apiURL string
-	images      Images
-	dir         string
-	log         *slog.Logger
+	url, apiURL   string
+	agentEndpoint string
+	images        Images
+	dir           string
+	log           *slog.Logger
+	cache         *imageCache
 
 	mu     sync.Mutex
 	term   *term
@@ -101,7 +112,8 @@ type bootServer struct {
 }
 
 func newBootServer(o BootOptions, url, apiURL, dir string, log *slog.Logger) *bootServer {
-	return &bootServer{url: strings.TrimRight(url, "/"), apiURL: apiURL, images: o.Images, dir: dir, log: log,
+	return &bootServer{url: strings.TrimRight(url, "/"), apiURL: apiURL, agentEndpoint: o.MachineAgentEndpoint,
+		images: o.Images, dir: dir, log: log, cache: newImageCache(dir, o.QemuImg),
 		boots: map[string]*boot{}, byMAC: map[string]*boot{}}
 }
 
@@ -137,15 +149,20 @@ func (bs *bootServer) lookup(id string) *boot {
 // register builds the boot's pieces (the initrd with the boot's
 // configuration; for virtual media the ISO) and serves them.
 func (bs *bootServer) register(ctx context.Context, t *term, spec bootSpec) (*boot, error) {
-	if !bootIDPattern.MatchString(spec.id) {
+	if !usableBootID(spec.id) {
 		return nil, fmt.Errorf("site: boot id %q is not a usable name", spec.id)
 	}
 	spec.mac = normalizeMAC(spec.mac)
 	spec.cfg.APIURL = bs.apiURL
+	spec.cfg.AgentEndpoint = bs.agentEndpoint
 	b := &boot{bootSpec: spec}
 	dir := filepath.Join(bs.dir, spec.id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("site: %w", err)
+	}
+	if err := writeTokenRecord(dir, spec); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("site: keep the boot's token digest: %w", err)
 	}
 	b.initrd = filepath.Join(dir, "initrd.img")
 	if err := bs.images.Initrd(spec.cfg, b.initrd); err != nil {
@@ -191,7 +208,12 @@ func (bs *bootServer) pruneLocked(now time.Time) {
 
 func (b *boot) expired(now time.Time) bool { return !b.expires.IsZero() && !now.Before(b.expires) }
 
-// unregister stops serving a boot and removes its pieces.
+// usableBootID says whether a boot id may name the boot's directory (the
+// image cache's is not one).
+func usableBootID(id string) bool { return bootIDPattern.MatchString(id) && id != imagesDir }
+
+// unregister stops serving a boot and removes its pieces, also those a
+// process before this one left (its token's digest among them).
 func (bs *bootServer) unregister(id string) {
 	bs.mu.Lock()
 	b := bs.boots[id]
@@ -200,8 +222,10 @@ func (bs *bootServer) unregister(id string) {
 		delete(bs.byMAC, b.mac)
 	}
 	bs.mu.Unlock()
-	if b != nil {
+	if usableBootID(id) {
 		os.RemoveAll(filepath.Join(bs.dir, id))
+	}
+	if b != nil {
 		bs.log.Info("stopped serving a ramdisk boot", "boot", id)
 	}
 }
@@ -285,6 +309,7 @@ func (bs *bootServer) handler() http.Handler {
 		serveFile(w, r, b.initrd, "application/octet-stream")
 	})
 	mux.HandleFunc("GET /boot/mac/{mac}/{piece}", bs.serveMAC)
+	mux.HandleFunc("GET /images/{node}/{sha}", bs.serveImage)
 	// What dnsmasq hands iPXE: chain to the machine's own script, by MAC.
 	mux.HandleFunc("GET /boot/ipxe", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

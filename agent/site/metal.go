@@ -75,17 +75,11 @@ var _ metal.SiteActivities = (*metalActivities)(nil)
 // heartbeating, after fetching the machine's credentials; it fails with a
 // lease-lost error when the term ended before or during the call.
 func (s *metalActivities) call(ctx context.Context, ref metal.MachineRef, f func(context.Context, drivers.Machine) error) error {
-	if ref.SiteID != "" && ref.SiteID != s.t.siteID {
-		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("this agent serves site %s, not %s", s.t.siteID, ref.SiteID), "WrongSite", nil)
+	ctx, done, err := s.enter(ctx, ref)
+	if err != nil {
+		return err
 	}
-	if s.t.ctx.Err() != nil {
-		return leaseLost()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.t.ctx, cancel)
-	defer stop()
+	defer done()
 	if activity.IsActivity(ctx) {
 		go heartbeat(ctx)
 	}
@@ -100,6 +94,21 @@ func (s *metalActivities) call(ctx context.Context, ref metal.MachineRef, f func
 		return leaseLost()
 	}
 	return err
+}
+
+// enter checks that the machine is of this agent's site and that the
+// term goes on, and answers a context that also ends with the term.
+func (s *metalActivities) enter(ctx context.Context, ref metal.MachineRef) (context.Context, func(), error) {
+	if ref.SiteID != "" && ref.SiteID != s.t.siteID {
+		return nil, nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("this agent serves site %s, not %s", s.t.siteID, ref.SiteID), "WrongSite", nil)
+	}
+	if s.t.ctx.Err() != nil {
+		return nil, nil, leaseLost()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.t.ctx, cancel)
+	return ctx, func() { stop(); cancel() }, nil
 }
 
 func heartbeat(ctx context.Context) {
@@ -446,6 +455,30 @@ func (s *metalActivities) ConsoleLog(ctx context.Context, r metal.ConsoleLogRequ
 			b = b[len(b)-n:]
 		}
 		out = b
+		return nil
+	})
+	return out, err
+}
+
+// bootDevices are the devices a provisioning step may set.
+var bootDevices = map[string]drivers.BootDevice{"disk": drivers.BootDisk, "pxe": drivers.BootPXE, "cd": drivers.BootCD}
+
+// SetBootDevice sets the machine's boot device through the driver bound to
+// its boot concern, which returns only once a read of the BMC shows the
+// device (where the BMC reports it).
+func (s *metalActivities) SetBootDevice(ctx context.Context, r metal.BootDeviceRequest) (metal.BootDeviceResult, error) {
+	var out metal.BootDeviceResult
+	dev, ok := bootDevices[r.Device]
+	if !ok {
+		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown boot device %q (disk, pxe or cd)", r.Device),
+			string(core.CodeInvalidInput), nil)
+	}
+	err := s.call(ctx, r.Machine, func(ctx context.Context, m drivers.Machine) error {
+		served, err := s.bmc.SetBootDevice(ctx, m, dev, r.Persistent)
+		if err != nil {
+			return bmcError("set the boot device to "+r.Device, err)
+		}
+		out = metal.BootDeviceResult{Device: r.Device, Persistent: r.Persistent, Driver: served}
 		return nil
 	})
 	return out, err

@@ -50,6 +50,8 @@ type siteAPI struct {
 	taken    atomic.Bool
 	// ramdisk, when set, answers the ramdisk endpoints (a booted VM's).
 	ramdisk func(w http.ResponseWriter, path string, body []byte)
+	// images answers the site image endpoint (stage_test.go).
+	images imageEndpoint
 
 	mu          sync.Mutex
 	credCalls   map[string]int
@@ -65,6 +67,10 @@ func newSiteAPI(siteID string, epoch int64) *siteAPI {
 }
 
 func (a *siteAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, protocol.SiteImagePathPrefix) {
+		a.serveImage(w, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	if a.ramdisk != nil && (r.URL.Path == protocol.RamdiskReportPath || r.URL.Path == protocol.RamdiskResultPath) {
 		a.ramdisk(w, r.URL.Path, body)

@@ -69,7 +69,9 @@ func siteCommand() *cobra.Command {
 	f.StringVar(&o.Boot.Listen, "boot-listen", "", "the boot server's address, e.g. :8081 (none when empty: no ramdisk boots)")
 	f.StringVar(&o.Boot.URL, "boot-url", "", "how machines and BMCs reach the boot server (default http://<boot-listen>)")
 	f.StringVar(&o.Boot.MachineAPIURL, "machine-api-url", "", "how a booted ramdisk reaches the API (default --api)")
-	f.StringVar(&o.Boot.Dir, "boot-dir", "", "where the boots' pieces are cached (default a temporary directory)")
+	f.StringVar(&o.Boot.Dir, "boot-dir", "", "where the boots' pieces and the staged images are cached (default a temporary directory)")
+	f.StringVar(&o.Boot.MachineAgentEndpoint, "machine-agent-endpoint", "",
+		"the agent listener as machines reach it, for a deployed machine's re-join (default the one the join answers)")
 	f.StringVar(&kernel, "kernel", "", "the ramdisk's kernel image (make ramdisk)")
 	f.StringVar(&ramdisk, "ramdisk", "", "the ramdisk's base initramfs (make ramdisk)")
 	f.IntVar(&limits.PerBMC, "bmc-sessions", 1, "calls in flight to one BMC at most")

@@ -137,6 +137,8 @@ type SiteActivities interface {
 	EndBoot(ctx context.Context, r EndBootRequest) error
 	ResetBIOS(ctx context.Context, m MachineRef) (ResetBIOSResult, error)
 	ConsoleLog(ctx context.Context, r ConsoleLogRequest) ([]byte, error)
+	StageImage(ctx context.Context, r StageImageRequest) (StageImageResult, error)
+	SetBootDevice(ctx context.Context, r BootDeviceRequest) (BootDeviceResult, error)
 }
 
 // RegisterAgent registers the site activities `bcd site` serves, under
@@ -149,6 +151,8 @@ func RegisterAgent(r worker.ActivityRegistry, a SiteActivities) {
 	r.RegisterActivityWithOptions(a.EndBoot, activity.RegisterOptions{Name: ActivityEndBoot})
 	r.RegisterActivityWithOptions(a.ResetBIOS, activity.RegisterOptions{Name: ActivityResetBIOS})
 	r.RegisterActivityWithOptions(a.ConsoleLog, activity.RegisterOptions{Name: ActivityConsoleLog})
+	r.RegisterActivityWithOptions(a.StageImage, activity.RegisterOptions{Name: ActivityStageImage})
+	r.RegisterActivityWithOptions(a.SetBootDevice, activity.RegisterOptions{Name: ActivitySetBootDevice})
 }
 
 // The provisioning site activities (Bare metal II). `bcd site` serves them
@@ -195,4 +199,13 @@ type BootDeviceRequest struct {
 	Machine    MachineRef `json:"machine"`
 	Device     string     `json:"device"`
 	Persistent bool       `json:"persistent"`
+}
+
+// BootDeviceResult answers ActivitySetBootDevice: the device set (the
+// driver returns only once a read shows it, where the BMC can be read) and
+// the driver that served the call.
+type BootDeviceResult struct {
+	Device     string `json:"device"`
+	Persistent bool   `json:"persistent"`
+	Driver     string `json:"driver"`
 }
