@@ -18,7 +18,6 @@ import (
 	"github.com/better-compute/better-compute/core/nodes"
 	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testutil"
-	"github.com/better-compute/better-compute/workflows/metal"
 	"github.com/better-compute/better-compute/workflows/sites"
 )
 
@@ -68,7 +67,7 @@ func startWorldOn(t *testing.T, ctx context.Context, siteID string, st activitie
 	}
 	t.Cleanup(cp.Stop)
 	sw := worker.New(c, sites.SiteTaskQueue(siteID), worker.Options{DeadlockDetectionTimeout: time.Minute})
-	metal.RegisterAgent(sw, site)
+	registerFakeSite(sw, site)
 	if err := sw.Start(); err != nil {
 		t.Fatal(err)
 	}
