@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	activities "github.com/better-compute/better-compute/activities/metal"
@@ -63,10 +64,9 @@ func (l *lifecycle) loadWorkflow(ctx workflow.Context) error {
 	if l.prov.wf != nil {
 		return nil
 	}
-	cp := controlPlane(ctx)
-	var a *activities.Metal
+	lc := localControlPlane(ctx)
 	var wf activities.WorkflowRun
-	if err := workflow.ExecuteActivity(cp, a.LoadWorkflow, l.p).Get(cp, &wf); err != nil {
+	if err := workflow.ExecuteLocalActivity(lc, activities.ActivityLoadWorkflow, l.p).Get(lc, &wf); err != nil {
 		if isType(err, string(core.CodeNotFound)) {
 			return &stepError{code: string(core.CodeInvalidState), reason: coremetal.ReasonStepFailed,
 				message: fmt.Sprintf("%s has no provisioning workflow", l.lc.Operation)}
@@ -101,8 +101,7 @@ func (l *lifecycle) stepRef(i int) activities.StepRef {
 // begun and ended in the database. A final failure is the error.
 func (l *lifecycle) runStep(ctx workflow.Context, i int) error {
 	st := &l.prov.wf.Steps[i]
-	cp := controlPlane(ctx)
-	var a *activities.Metal
+	lc := localControlPlane(ctx)
 	maxAttempts := max(st.Retry.MaxAttempts, 1)
 	for {
 		start, err := l.beginStep(ctx, i)
@@ -118,8 +117,8 @@ func (l *lifecycle) runStep(ctx workflow.Context, i int) error {
 			return workflow.ErrCanceled
 		}
 		if err == nil {
-			if err := workflow.ExecuteActivity(cp, a.EndStep, l.stepRef(i),
-				activities.StepOutcome{OK: true, Output: bounded(out)}).Get(cp, nil); err != nil {
+			if err := workflow.ExecuteLocalActivity(lc, activities.ActivityEndStep, l.stepRef(i),
+				activities.StepOutcome{OK: true, Output: bounded(out)}).Get(lc, nil); err != nil {
 				return err
 			}
 			st.State, st.Output, st.Attempts = provisioning.StepSucceeded, out, start.Attempt
@@ -130,8 +129,8 @@ func (l *lifecycle) runStep(ctx workflow.Context, i int) error {
 		if out == "" {
 			out = se.message
 		}
-		if err := workflow.ExecuteActivity(cp, a.EndStep, l.stepRef(i), activities.StepOutcome{Final: final,
-			Output: bounded(out), Error: se.message, Reason: se.reason}).Get(cp, nil); err != nil {
+		if err := workflow.ExecuteLocalActivity(lc, activities.ActivityEndStep, l.stepRef(i), activities.StepOutcome{Final: final,
+			Output: bounded(out), Error: se.message, Reason: se.reason}).Get(lc, nil); err != nil {
 			return err
 		}
 		if final {
@@ -168,12 +167,11 @@ func bounded(s string) string {
 // it waits (for the workflow-changed signal or the next poll) and asks
 // again. The deadline follows the row's, which a resume pushes.
 func (l *lifecycle) beginStep(ctx workflow.Context, i int) (activities.StepStart, error) {
-	cp := controlPlane(ctx)
-	var a *activities.Metal
+	lc := localControlPlane(ctx)
 	for {
 		l.prov.changed = false
 		var ss activities.StepStart
-		if err := workflow.ExecuteActivity(cp, a.BeginStep, l.stepRef(i)).Get(cp, &ss); err != nil {
+		if err := workflow.ExecuteLocalActivity(lc, activities.ActivityBeginStep, l.stepRef(i)).Get(lc, &ss); err != nil {
 			return ss, err
 		}
 		if !ss.Deadline.IsZero() {
@@ -233,14 +231,25 @@ func (l *lifecycle) act(ctx workflow.Context, st *activities.StepRun) (string, e
 	return "", finalErr(coremetal.ReasonStepFailed, fmt.Sprintf("step %s: unknown runner %q", st.Name, st.On))
 }
 
+// localControlPlane are the options of the provisioning steps' database
+// calls: local activities of the control-plane worker (each one short
+// transaction), so each is one marker in the history, not three events
+// and a workflow task; retried until it lands, except a fenced write.
+func localControlPlane(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumInterval: 30 * time.Second,
+			NonRetryableErrorTypes: []string{activities.ErrTypeStale, string(core.CodeNotFound)}},
+	})
+}
+
 // finalErr is a failure no retry can fix.
 func finalErr(reason, message string) *stepError {
 	return &stepError{code: string(core.CodeInvalidState), reason: reason, message: message, final: true}
 }
 
 func (l *lifecycle) actControlPlane(ctx workflow.Context, st *activities.StepRun) (string, error) {
-	cp := controlPlane(ctx)
-	var a *activities.Metal
+	lc := localControlPlane(ctx)
 	switch st.Action {
 	case provisioning.ActionSleep:
 		secs, err := intArg(st.Args, "seconds")
@@ -254,7 +263,7 @@ func (l *lifecycle) actControlPlane(ctx workflow.Context, st *activities.StepRun
 		return fmt.Sprintf("slept %ds", secs), nil
 	case provisioning.ActionCheckImage:
 		var why string
-		if err := workflow.ExecuteActivity(cp, a.CheckImage, l.p.TenantID, l.prov.wf.ID).Get(cp, &why); err != nil {
+		if err := workflow.ExecuteLocalActivity(lc, activities.ActivityCheckImage, l.p.TenantID, l.prov.wf.ID).Get(lc, &why); err != nil {
 			return "", err
 		}
 		if why != "" {
@@ -263,7 +272,7 @@ func (l *lifecycle) actControlPlane(ctx workflow.Context, st *activities.StepRun
 		return "the image is deployable", nil
 	case provisioning.ActionAcceptance:
 		var failures []string
-		if err := workflow.ExecuteActivity(cp, a.Accept, l.p.TenantID, l.prov.wf.ID).Get(cp, &failures); err != nil {
+		if err := workflow.ExecuteLocalActivity(lc, activities.ActivityAccept, l.p.TenantID, l.prov.wf.ID).Get(lc, &failures); err != nil {
 			return "", err
 		}
 		if len(failures) > 0 {
@@ -395,9 +404,8 @@ func (l *lifecycle) actRamdisk(ctx workflow.Context, st *activities.StepRun) (st
 	if err != nil {
 		return out.String(), err
 	}
-	cp := controlPlane(ctx)
-	var a *activities.Metal
-	if err := workflow.ExecuteActivity(cp, a.HandRamdiskStep, l.p.TenantID, l.bootID, step).Get(cp, nil); err != nil {
+	lc := localControlPlane(ctx)
+	if err := workflow.ExecuteLocalActivity(lc, activities.ActivityHandRamdiskStep, l.p.TenantID, l.bootID, step).Get(lc, nil); err != nil {
 		return out.String(), err
 	}
 	var result protocol.RamdiskStepResult
@@ -490,8 +498,7 @@ func (l *lifecycle) actNode(ctx workflow.Context, st *activities.StepRun) (strin
 	if st.Action != provisioning.ActionExec {
 		return "", finalErr(coremetal.ReasonStepFailed, fmt.Sprintf("step %s: unknown node action %q", st.Name, st.Action))
 	}
-	cp := controlPlane(ctx)
-	var a *activities.Metal
+	lc := localControlPlane(ctx)
 	attempt := 1
 	for _, s := range l.prov.wf.Steps {
 		if s.Name == st.Name {
@@ -500,13 +507,13 @@ func (l *lifecycle) actNode(ctx workflow.Context, st *activities.StepRun) (strin
 	}
 	key := fmt.Sprintf("%s/%s/%d", l.prov.wf.ID, st.Name, attempt)
 	var id string
-	if err := workflow.ExecuteActivity(cp, a.EnqueueNodeCommand, activities.NodeCommandRequest{TenantID: l.p.TenantID,
-		NodeID: l.p.NodeID, Key: key, Kind: nodeCommandKind, Args: st.Args}).Get(cp, &id); err != nil {
+	if err := workflow.ExecuteLocalActivity(lc, activities.ActivityEnqueueNodeCommand, activities.NodeCommandRequest{TenantID: l.p.TenantID,
+		NodeID: l.p.NodeID, Key: key, Kind: nodeCommandKind, Args: st.Args}).Get(lc, &id); err != nil {
 		return "", err
 	}
 	for {
 		var co activities.CommandOutcome
-		if err := workflow.ExecuteActivity(cp, a.NodeCommand, l.p.TenantID, id).Get(cp, &co); err != nil {
+		if err := workflow.ExecuteLocalActivity(lc, activities.ActivityNodeCommand, l.p.TenantID, id).Get(lc, &co); err != nil {
 			return "", err
 		}
 		if co.Done {
@@ -530,13 +537,12 @@ func (l *lifecycle) actNode(ctx workflow.Context, st *activities.StepRun) (strin
 // fails): it reads the boot row, then waits for the boot-reported signal
 // or the next poll.
 func (l *lifecycle) awaitProgress(ctx workflow.Context, done func(activities.BootProgress) (bool, error)) error {
-	cp := controlPlane(ctx)
-	var a *activities.Metal
+	lc := localControlPlane(ctx)
 	purpose := purposeOf(l.lc.Operation)
 	for {
 		l.signalled = false
 		var bp activities.BootProgress
-		if err := workflow.ExecuteActivity(cp, a.BootProgress, l.p.TenantID, l.bootID, purpose).Get(cp, &bp); err != nil {
+		if err := workflow.ExecuteLocalActivity(lc, activities.ActivityBootProgress, l.p.TenantID, l.bootID, purpose).Get(lc, &bp); err != nil {
 			return err
 		}
 		ok, err := done(bp)
