@@ -108,7 +108,7 @@ func (l *lifecycle) runStep(ctx workflow.Context, i int) error {
 		if err != nil {
 			return err
 		}
-		l.step = st.Name
+		l.step, st.Attempts, st.State = st.Name, start.Attempt, provisioning.StepRunning
 		if destructive(st.Step) {
 			l.prov.destructive = true
 		}
@@ -121,7 +121,7 @@ func (l *lifecycle) runStep(ctx workflow.Context, i int) error {
 				activities.StepOutcome{OK: true, Output: bounded(out)}).Get(lc, nil); err != nil {
 				return err
 			}
-			st.State, st.Output, st.Attempts = provisioning.StepSucceeded, out, start.Attempt
+			st.State, st.Output = provisioning.StepSucceeded, out
 			return nil
 		}
 		se := classify(err, l.lc.SiteID)
@@ -499,13 +499,9 @@ func (l *lifecycle) actNode(ctx workflow.Context, st *activities.StepRun) (strin
 		return "", finalErr(coremetal.ReasonStepFailed, fmt.Sprintf("step %s: unknown node action %q", st.Name, st.Action))
 	}
 	lc := localControlPlane(ctx)
-	attempt := 1
-	for _, s := range l.prov.wf.Steps {
-		if s.Name == st.Name {
-			attempt = s.Attempts + 1
-		}
-	}
-	key := fmt.Sprintf("%s/%s/%d", l.prov.wf.ID, st.Name, attempt)
+	// One command per attempt: a retried activity finds its command, a
+	// new attempt sends a new one.
+	key := fmt.Sprintf("%s/%s/%d", l.prov.wf.ID, st.Name, st.Attempts)
 	var id string
 	if err := workflow.ExecuteLocalActivity(lc, activities.ActivityEnqueueNodeCommand, activities.NodeCommandRequest{TenantID: l.p.TenantID,
 		NodeID: l.p.NodeID, Key: key, Kind: nodeCommandKind, Args: st.Args}).Get(lc, &id); err != nil {

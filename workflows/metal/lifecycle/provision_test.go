@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	activities "github.com/better-compute/better-compute/activities/metal"
@@ -13,6 +14,7 @@ import (
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/core/provisioning"
+	"github.com/better-compute/better-compute/workflows/metal"
 )
 
 // ready takes the harness's node to ready (managed, inspected, cleaned).
@@ -367,6 +369,24 @@ func TestCheckImageRefusalBootsNothing(t *testing.T) {
 	}
 	if wf := h.store.workflowOf(h.node); wf.run.Steps[0].Attempts != 1 {
 		t.Fatalf("a refusal was retried: %d attempts", wf.run.Steps[0].Attempts)
+	}
+}
+
+// An image whose bytes do not match its digest is refused by the site at
+// staging: the step fails for good on its first attempt and nothing boots.
+func TestTamperedImageFailsAtStaging(t *testing.T) {
+	h := newHarness(t)
+	h.ready()
+	h.site.stageErr = temporal.NewNonRetryableApplicationError("image img_1: sha256 is 5e88…, want 9f86…", metal.ErrTypeDigestMismatch, nil)
+	res := h.run(coremetal.Deploy, "", nil)
+	if res.Outcome != activities.OutcomeFailed || res.Step != "stage-image" || !strings.Contains(res.Message, "want 9f86") {
+		t.Fatalf("result %+v", res)
+	}
+	if h.site.count("StageImage") != 1 || h.site.count("BootRamdisk deploy") != 0 {
+		t.Fatalf("calls %v", h.site.calls)
+	}
+	if wf := h.store.workflowOf(h.node); wf.run.Steps[1].Attempts != 1 || wf.run.Steps[1].State != provisioning.StepFailed {
+		t.Fatalf("stage-image %+v", wf.run.Steps[1])
 	}
 }
 
