@@ -49,6 +49,8 @@ type fakeStore struct {
 	// onRamdiskStep, when set, is a deploy ramdisk's result of a step it
 	// was handed; done false: still running (with s.mu held).
 	onRamdiskStep func(b *fakeBoot, st protocol.RamdiskStep) (protocol.RamdiskStepResult, bool)
+	// noJoin: a deploy's installed system never joins.
+	noJoin bool
 	// onNodeCommand runs on every read of a node command (with s.mu held).
 	onNodeCommand func(c *fakeCommand)
 }

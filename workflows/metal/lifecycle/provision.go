@@ -380,8 +380,10 @@ func (l *lifecycle) bootRamdisk(ctx workflow.Context, st *activities.StepRun, vi
 }
 
 // actRamdisk hands the step to the open boot's ramdisk and waits for its
-// result. Without a boot of this operation open (a retry after the machine
-// was powered off or its boot ended), it boots one first.
+// result. Without a boot of this operation open (a retry, or a machine
+// whose boot ended), it boots one first; the NoCloud seed holds the boot's
+// token the installed system joins with, so a seed an earlier boot wrote
+// is written again in the new one before a later step runs.
 func (l *lifecycle) actRamdisk(ctx workflow.Context, st *activities.StepRun) (string, error) {
 	var out strings.Builder
 	if !l.prov.bootMine {
@@ -394,19 +396,48 @@ func (l *lifecycle) actRamdisk(ctx workflow.Context, st *activities.StepRun) (st
 			if err != nil {
 				return "", err
 			}
-			fmt.Fprintf(&out, "no ramdisk boot was open: %s\n", msg)
+			fmt.Fprintf(&out, "no ramdisk boot of this operation was open: %s\n", msg)
 			if err := l.awaitBoot(ctx, func(p activities.BootProgress) bool { return p.Reported }); err != nil {
 				return out.String(), err
 			}
+			if seed := l.seedBefore(st); seed != nil {
+				msg, err := l.onRamdisk(ctx, seed)
+				if err != nil {
+					return out.String(), err
+				}
+				fmt.Fprintf(&out, "the seed was written again for boot %s: %s\n", l.bootID, msg)
+			}
 		}
 	}
+	msg, err := l.onRamdisk(ctx, st)
+	out.WriteString(msg)
+	return out.String(), err
+}
+
+// seedBefore is the write-seed step that succeeded before st, if any.
+func (l *lifecycle) seedBefore(st *activities.StepRun) *activities.StepRun {
+	var seed *activities.StepRun
+	for i := range l.prov.wf.Steps {
+		s := &l.prov.wf.Steps[i]
+		if s.Name == st.Name {
+			return seed
+		}
+		if s.On == provisioning.RunnerRamdisk && s.Action == provisioning.ActionWriteSeed && s.State == provisioning.StepSucceeded {
+			seed = s
+		}
+	}
+	return nil
+}
+
+// onRamdisk hands one step to the boot's ramdisk and awaits its result.
+func (l *lifecycle) onRamdisk(ctx workflow.Context, st *activities.StepRun) (string, error) {
 	step, err := l.ramdiskStep(st)
 	if err != nil {
-		return out.String(), err
+		return "", err
 	}
 	lc := localControlPlane(ctx)
 	if err := workflow.ExecuteLocalActivity(lc, activities.ActivityHandRamdiskStep, l.p.TenantID, l.bootID, step).Get(lc, nil); err != nil {
-		return out.String(), err
+		return "", err
 	}
 	var result protocol.RamdiskStepResult
 	err = l.awaitProgress(ctx, func(p activities.BootProgress) (bool, error) {
@@ -419,14 +450,13 @@ func (l *lifecycle) actRamdisk(ctx workflow.Context, st *activities.StepRun) (st
 		return false, nil
 	})
 	if err != nil {
-		return out.String(), err
+		return "", err
 	}
-	out.WriteString(result.Message)
 	if !result.OK {
-		return out.String(), &stepError{code: string(core.CodeInternal), reason: coremetal.ReasonStepFailed,
+		return result.Message, &stepError{code: string(core.CodeInternal), reason: coremetal.ReasonStepFailed,
 			message: fmt.Sprintf("ramdisk step %s failed: %s", step.Name, result.Message)}
 	}
-	return out.String(), nil
+	return result.Message, nil
 }
 
 // ramdiskStep is the step as the ramdisk takes it: string arguments (a

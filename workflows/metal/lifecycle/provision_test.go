@@ -189,8 +189,45 @@ func TestFinalFailureThenRetryResumesThere(t *testing.T) {
 		t.Fatalf("retry: %d stagings (want %d), %d boots (want %d)", h.site.count("StageImage"), stages,
 			h.site.count("BootRamdisk deploy"), boots+1)
 	}
-	if !strings.Contains(wf.run.Steps[4].Output, "no ramdisk boot") || h.store.openBoots(h.node) != 0 {
+	if !strings.Contains(wf.run.Steps[4].Output, "no ramdisk boot of this operation was open") || h.store.openBoots(h.node) != 0 {
 		t.Fatalf("write-seed output %q, open boots %d", wf.run.Steps[4].Output, h.store.openBoots(h.node))
+	}
+}
+
+// A retry that resumes after write-seed (here at reboot, whose re-join
+// timed out) boots a new ramdisk, so the seed is written again with the
+// new boot's token before the reboot.
+func TestRetryAfterTheSeedWritesItAgain(t *testing.T) {
+	h := newHarness(t)
+	h.ready()
+	steps := provisioning.DefaultMetalSteps()
+	steps[6].TimeoutSeconds = 300
+	h.store.deploySteps = steps
+	h.store.noJoin = true // the machine reboots, but nothing joins
+	res := h.run(coremetal.Deploy, "", nil)
+	if res.Reason != coremetal.ReasonStepTimeout || res.Step != "reboot" {
+		t.Fatalf("result %+v", res)
+	}
+	h.store.noJoin = false
+	res = h.run(coremetal.Retry, "", nil)
+	if res.Outcome != activities.OutcomeFinished || res.State != string(nodes.Deployed) {
+		t.Fatalf("retry: %+v", res)
+	}
+	var retried *fakeBoot
+	for _, b := range h.store.boots {
+		if b.purpose == activities.PurposeDeploy && b.opSeq == h.store.node(h.node).OpSeq {
+			retried = b
+		}
+	}
+	var handed []string
+	for _, st := range retried.handed {
+		handed = append(handed, st.Name)
+	}
+	if !slices.Equal(handed, []string{protocol.StepWriteSeed, protocol.StepReboot}) {
+		t.Fatalf("the retry's boot ran %q", handed)
+	}
+	if out := h.store.workflowOf(h.node).run.Steps[6].Output; !strings.Contains(out, "the seed was written again") {
+		t.Fatalf("reboot output %q", out)
 	}
 }
 
