@@ -21,9 +21,10 @@ func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	if got := slices.Sorted(slices.Values(r.Workflows)); !slices.Equal(got, wantWorkflows) {
 		t.Errorf("workflows = %q, want %q", got, wantWorkflows)
 	}
-	wantActivities := []string{"HealthEcho", "MetalAwaitOutcome", "MetalBootProgress", "MetalCheckRejoin",
-		"MetalCloseBoot", "MetalFail", "MetalFinish", "MetalIngestInspection", "MetalLoad", "MetalMarkStarted",
-		"MetalNewBoot", "MetalReconcile", "MetalRevokeIdentities", "MetalSetPower", "MetalSetStep", "MetalStartNode",
+	wantActivities := []string{"HealthEcho", "MetalAccept", "MetalAwaitOutcome", "MetalBeginStep", "MetalBootProgress",
+		"MetalCheckImage", "MetalCheckRejoin", "MetalCloseBoot", "MetalEndStep", "MetalEnqueueNodeCommand", "MetalFail",
+		"MetalFinish", "MetalHandRamdiskStep", "MetalIngestInspection", "MetalLoad", "MetalLoadWorkflow", "MetalMarkStarted",
+		"MetalNewBoot", "MetalNodeCommand", "MetalReconcile", "MetalRevokeIdentities", "MetalSetPower", "MetalSetStep", "MetalStartNode",
 		"NodeDrainStep", "NodeMarkDrained", "ReservationBind",
 		"ReservationBindStatus", "ReservationExpire", "ReservationFailBinding", "ReservationMarkActive",
 		"ReservationRelease", "ReservationReleaseLapsed", "ReservationState", "ReservationsReconcile"}

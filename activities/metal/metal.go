@@ -58,7 +58,10 @@ const (
 // harmless. Temporal and TaskQueue start lifecycle workflows (Reconcile,
 // StartNode).
 type Metal struct {
-	Store     Store
+	Store Store
+	// Provision is the store of the provisioning steps; nil uses Store
+	// when it implements ProvisionStore (DBStore does).
+	Provision ProvisionStore
 	Temporal  client.Client
 	TaskQueue string
 	// OwedGrace is how long a start may be owed before the reconciler

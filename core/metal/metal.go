@@ -112,7 +112,8 @@ var Table = []Edge{
 		During: nodes.Commissioning, To: nodes.Ready, RecoverTo: nodes.Enrolling,
 		Steps: []string{StepResetBIOS, StepBootRamdisk, StepAwaitRamdisk, StepWipeDisks, StepPowerOff}},
 	{Operation: Deploy, From: []nodes.ProvisionState{nodes.Ready}, During: nodes.Deploying, To: nodes.Deployed, RecoverTo: nodes.Ready,
-		Steps: []string{StepBootRamdisk, StepAwaitRejoin}},
+		Steps: []string{StepProvision}},
+	{Operation: Retry, From: []nodes.ProvisionState{nodes.Failed}, During: nodes.Deploying, To: nodes.Deployed, RecoverTo: nodes.Ready, Steps: []string{StepProvision}},
 	{Operation: Undeploy, From: []nodes.ProvisionState{nodes.Deployed}, During: nodes.Releasing, To: nodes.Ready, RecoverTo: nodes.Enrolling,
 		Steps: []string{StepPowerOff, StepBootRamdisk, StepAwaitRamdisk, StepWipeDisks, StepPowerOff}},
 	{Operation: Rescue, From: []nodes.ProvisionState{nodes.Deployed}, During: nodes.Rescue, To: nodes.Rescue, RecoverTo: nodes.Deployed,
@@ -136,12 +137,14 @@ func EdgeOf(op Operation) (Edge, bool) {
 	return Table[i], true
 }
 
-// Allowed lists the operations allowed from state (given the node's
-// managed and inspected facts), in table order: INVALID_STATE's details.
+// Allowed lists the metal.* operations allowed from state (given the
+// node's managed and inspected facts), in table order: INVALID_STATE's
+// details. Retry is left out: it is workflows.retry's, and only a failure
+// of a provisioning workflow allows it.
 func Allowed(state nodes.ProvisionState, managed, inspected bool) []Operation {
 	var out []Operation
 	for _, e := range Table {
-		if e.allows(state, managed, inspected) {
+		if slices.Contains(Operations, e.Operation) && e.allows(state, managed, inspected) {
 			out = append(out, e.Operation)
 		}
 	}

@@ -79,3 +79,24 @@ func TestTargets(t *testing.T) {
 		t.Errorf("power runs in %s", got)
 	}
 }
+
+// A retry runs a failed deploy's provisioning workflow again: from failed,
+// deploying while it runs, deployed when it succeeds, ready on recover;
+// it is no metal.* operation, so the allowed lists leave it out.
+func TestRetryEdge(t *testing.T) {
+	e, ok := EdgeOf(Retry)
+	if !ok || !slices.Equal(e.Steps, []string{StepProvision}) || e.During != nodes.Deploying ||
+		e.Target(nodes.Failed) != nodes.Deployed || e.RecoveryFrom(nodes.Failed) != nodes.Ready {
+		t.Fatalf("retry edge %+v", e)
+	}
+	if !Allows(Retry, nodes.Failed, true, true) || Allows(Retry, nodes.Ready, true, true) {
+		t.Fatal("retry is allowed from failed only")
+	}
+	if slices.Contains(Allowed(nodes.Failed, true, true), Retry) {
+		t.Fatal("retry is listed among the metal operations")
+	}
+	deploy, _ := EdgeOf(Deploy)
+	if !slices.Equal(deploy.Steps, []string{StepProvision}) {
+		t.Fatalf("deploy steps %q", deploy.Steps)
+	}
+}

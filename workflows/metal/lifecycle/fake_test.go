@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/better-compute/agent/protocol"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/core/provisioning"
 	"github.com/better-compute/better-compute/workflows/metal"
 )
 
@@ -33,6 +34,25 @@ type fakeStore struct {
 	// ramdisk that reports when the test says).
 	onBootStatus func(b *fakeBoot)
 	bootReads    int
+
+	// The provisioning workflows (provision_fake_test.go).
+	workflows map[string]*fakeWorkflow
+	commands  map[string]*fakeCommand
+	// deploySteps are the steps of the workflow a deploy begins with
+	// (nil: the default metal steps).
+	deploySteps []provisioning.Step
+	// imageProblem is CheckImage's answer; acceptFailures Accept's.
+	imageProblem   string
+	acceptFailures []string
+	// onEndStep runs on every EndStep (with s.mu held).
+	onEndStep func(wf *fakeWorkflow, index int, o activities.StepOutcome)
+	// onRamdiskStep, when set, is a deploy ramdisk's result of a step it
+	// was handed; done false: still running (with s.mu held).
+	onRamdiskStep func(b *fakeBoot, st protocol.RamdiskStep) (protocol.RamdiskStepResult, bool)
+	// noJoin: a deploy's installed system never joins.
+	noJoin bool
+	// onNodeCommand runs on every read of a node command (with s.mu held).
+	onNodeCommand func(c *fakeCommand)
 }
 
 type fakeBoot struct {
@@ -43,11 +63,18 @@ type fakeBoot struct {
 	hardwareKey         string
 	results             []protocol.RamdiskStepResult
 	booted              bool
+	// joined / joinError: the installed system's agent joined with the
+	// boot's token, or why that join was refused.
+	joined    bool
+	joinError string
+	// handed are the ramdisk steps the boot ran, in order.
+	handed []protocol.RamdiskStep
 }
 
 func newFakeStore() *fakeStore {
 	return &fakeStore{nodes: map[string]*activities.Lifecycle{}, boots: map[string]*fakeBoot{},
-		steps: map[string][]string{}, owners: map[string]string{}, now: time.Now}
+		steps: map[string][]string{}, owners: map[string]string{}, now: time.Now,
+		workflows: map[string]*fakeWorkflow{}, commands: map[string]*fakeCommand{}}
 }
 
 // enroll adds a node in enrolling, as metal.enroll leaves it.
@@ -75,6 +102,12 @@ func (s *fakeStore) begin(nodeID string, op coremetal.Operation, args string, de
 	}
 	n.Deadline = s.now().Add(deadline)
 	n.AbortRequested, n.WorkflowStarted = false, false
+	switch op {
+	case coremetal.Deploy:
+		s.newWorkflow(nodeID, n.TenantID, n.OpSeq, s.deploySteps)
+	case coremetal.Retry:
+		s.retryWorkflow(nodeID, n.OpSeq)
+	}
 	return activities.MetalParams{TenantID: n.TenantID, NodeID: nodeID, OpSeq: n.OpSeq}
 }
 
@@ -149,6 +182,11 @@ func (s *fakeStore) Finish(_ context.Context, f activities.Finish) error {
 	if err != nil {
 		return err
 	}
+	wfState := f.WorkflowState
+	if wfState == "" {
+		wfState = provisioning.WorkflowSucceeded
+	}
+	s.endWorkflow(f.NodeID, f.OpSeq, wfState)
 	n.State, n.Operation, n.Step, n.OpArgs, n.Deadline, n.AbortRequested = f.State, "", "", nil, time.Time{}, false
 	n.LastError = nil
 	n.Managed = n.Managed || f.Managed
@@ -166,6 +204,11 @@ func (s *fakeStore) Fail(_ context.Context, f activities.Failure) error {
 	if err != nil {
 		return err
 	}
+	wfState := f.WorkflowState
+	if wfState == "" {
+		wfState = provisioning.WorkflowFailed
+	}
+	s.endWorkflow(f.NodeID, f.OpSeq, wfState)
 	n.LastError = &activities.LastError{Operation: n.Operation, Step: f.Step, Origin: n.Origin, Code: f.Code,
 		Reason: f.Reason, Message: f.Message, At: s.now()}
 	n.State, n.Operation, n.Step, n.Deadline = nodes.Failed, "", "", time.Time{}
@@ -245,7 +288,7 @@ func (s *fakeStore) SetBootSteps(_ context.Context, _ string, bootID string, ste
 	if !ok {
 		return activities.ErrNotFound
 	}
-	b.steps = steps
+	b.steps, b.results = steps, nil
 	return nil
 }
 
@@ -260,7 +303,9 @@ func (s *fakeStore) BootStatus(_ context.Context, _ string, bootID string) (acti
 	if s.onBootStatus != nil {
 		s.onBootStatus(b)
 	}
-	return activities.BootStatus{Reported: b.reported, HardwareKey: b.hardwareKey, Results: slices.Clone(b.results), Finished: b.finished}, nil
+	s.runRamdisk(b)
+	return activities.BootStatus{Reported: b.reported, HardwareKey: b.hardwareKey, Results: slices.Clone(b.results),
+		Finished: b.finished, Joined: b.joined, JoinError: b.joinError}, nil
 }
 
 // report is the ramdisk of a booted machine reporting (and running its
@@ -337,8 +382,9 @@ type fakeSite struct {
 	// hardwareKey is what each machine's ramdisk reports.
 	hardwareKey map[string]string
 	autoReport  bool
-	// verifyErr, when set, is VerifyBMC's answer.
+	// verifyErr, when set, is VerifyBMC's answer; stageErr StageImage's.
 	verifyErr error
+	stageErr  error
 	// onBoot, when set, is what booting the ramdisk does instead of
 	// reporting to the fake store (e.g. a ramdisk reporting to PostgreSQL).
 	onBoot func(ctx context.Context, r metal.BootRequest) error

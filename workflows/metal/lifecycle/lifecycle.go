@@ -47,7 +47,7 @@ const (
 // nonRetryable are the site errors no retry can fix: the workflow fails
 // the node with the driver's message instead.
 var nonRetryable = []string{metal.ErrTypeBMCAuth, metal.ErrTypeNotApplied, metal.ErrTypeUnsupported, metal.ErrTypeNotFound,
-	string(core.CodeInvalidInput), activities.ErrTypeStale}
+	string(core.CodeInvalidInput), activities.ErrTypeStale, metal.ErrTypeDigestMismatch}
 
 // bmcErrors are the application error types that fail a node with reason
 // bmc.
@@ -75,11 +75,21 @@ type lifecycle struct {
 	cancel    workflow.CancelFunc
 	// published is the State search attribute as last set.
 	published string
+	// deadline is the operation's, as the row last said (a resume after
+	// a pause pushes it).
+	deadline time.Time
+	// prov is the provisioning workflow's progress (StepProvision).
+	prov provisionState
 }
 
 // stepError is a step's failure as the node records it.
 type stepError struct {
 	code, reason, message string
+	// final: no further attempt of a provisioning step can fix it.
+	final bool
+	// workflowState ends the provisioning workflow with the failure ("":
+	// failed at the step).
+	workflowState string
 }
 
 func (e *stepError) Error() string { return e.reason + ": " + e.message }
@@ -144,6 +154,7 @@ func (l *lifecycle) handlers(ctx workflow.Context) error {
 	); err != nil {
 		return err
 	}
+	l.workflowChanged(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, activities.SignalBootReported)
 		for {
@@ -215,16 +226,13 @@ func (l *lifecycle) run(ctx workflow.Context) (activities.LifecycleResult, error
 
 	opCtx, cancel := workflow.WithCancel(ctx)
 	l.cancel = cancel
-	deadline := l.lc.Deadline
-	if deadline.IsZero() {
-		deadline = workflow.Now(ctx).Add(coremetal.DefaultDeadlines[l.edge.DuringFrom(l.lc.Origin)])
+	l.deadline = l.lc.Deadline
+	if l.deadline.IsZero() {
+		l.deadline = workflow.Now(ctx).Add(coremetal.DefaultDeadlines[l.edge.DuringFrom(l.lc.Origin)])
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		if wait := deadline.Sub(workflow.Now(ctx)); wait > 0 {
-			timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: "deadline"})
-			if err := timer.Get(ctx, nil); err != nil {
-				return
-			}
+		if err := l.awaitDeadline(ctx); err != nil {
+			return
 		}
 		if !l.done {
 			l.expired = true
@@ -234,6 +242,9 @@ func (l *lifecycle) run(ctx workflow.Context) (activities.LifecycleResult, error
 
 	final, err := l.steps(opCtx)
 	switch {
+	case l.aborting && l.runsProvisioning():
+		l.cleanup(ctx)
+		return l.abortEnd(ctx)
 	case l.aborting:
 		l.cleanup(ctx)
 		return l.fail(ctx, &stepError{code: string(core.CodeInvalidState), reason: coremetal.ReasonAborted,
@@ -256,6 +267,32 @@ func (l *lifecycle) run(ctx workflow.Context) (activities.LifecycleResult, error
 	}
 	l.publish(ctx, string(final))
 	return activities.LifecycleResult{Outcome: activities.OutcomeFinished, State: string(final), Power: l.power}, nil
+}
+
+// awaitDeadline returns once the operation's deadline passed: the timer
+// is armed again when a resume pushes the deadline, and a pause holds it
+// (time spent paused is not the operation's).
+func (l *lifecycle) awaitDeadline(ctx workflow.Context) error {
+	for {
+		armed := l.deadline
+		if wait := armed.Sub(workflow.Now(ctx)); wait > 0 {
+			moved, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: wait,
+				TimerOptions: workflow.TimerOptions{Summary: "deadline"}},
+				func() bool { return l.done || !l.deadline.Equal(armed) })
+			if err != nil || l.done {
+				return workflow.ErrCanceled
+			}
+			if moved {
+				continue
+			}
+		}
+		if !l.prov.paused {
+			return nil
+		}
+		if err := workflow.Await(ctx, func() bool { return l.done || !l.prov.paused || !l.deadline.Equal(armed) }); err != nil || l.done {
+			return workflow.ErrCanceled
+		}
+	}
 }
 
 // endOn ends the run on a step's error: a fenced write ends it quietly,
@@ -293,7 +330,8 @@ func (l *lifecycle) fail(ctx workflow.Context, se *stepError) (activities.Lifecy
 	cp := controlPlane(ctx)
 	var a *activities.Metal
 	err := workflow.ExecuteActivity(cp, a.FailOperation, activities.Failure{TenantID: l.p.TenantID, NodeID: l.p.NodeID,
-		OpSeq: l.p.OpSeq, Step: l.step, Code: se.code, Reason: se.reason, Message: se.message}).Get(cp, nil)
+		OpSeq: l.p.OpSeq, Step: l.step, Code: se.code, Reason: se.reason, Message: se.message,
+		WorkflowState: se.workflowState}).Get(cp, nil)
 	if isType(err, activities.ErrTypeStale) {
 		return activities.LifecycleResult{Outcome: activities.OutcomeStale}, nil
 	}

@@ -16,6 +16,7 @@ import (
 	activities "github.com/better-compute/better-compute/activities/metal"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/core/provisioning"
 	"github.com/better-compute/better-compute/workflows/metal"
 )
 
@@ -44,8 +45,8 @@ func (h *harness) env() *testsuite.TestWorkflowEnvironment {
 	// The machine is shared: a slow workflow task is not a deadlock.
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
 	env.SetStartTime(t0)
-	Register(env, &activities.Metal{Store: h.store})
-	metal.RegisterAgent(env, h.site)
+	Register(env, &activities.Metal{Store: h.store, Provision: h.store})
+	registerFakeSite(env, h.site)
 	return env
 }
 
@@ -359,7 +360,9 @@ func TestInspectHardwareKeyConflict(t *testing.T) {
 	}
 }
 
-// A deploy whose machine re-joins with another hardware key fails.
+// A deploy whose installed system joins with another hardware key (the
+// join with the boot's token is refused) fails at the reboot step with
+// reason hardwareKeyMismatch.
 func TestDeployRejoinMismatchFails(t *testing.T) {
 	h := newHarness(t)
 	h.mustFinish(coremetal.Manage, "", nodes.Enrolling)
@@ -367,8 +370,14 @@ func TestDeployRejoinMismatchFails(t *testing.T) {
 	h.mustFinish(coremetal.Provide, "", nodes.Ready)
 	h.site.hardwareKey[h.node] = "hk-impostor"
 	res := h.run(coremetal.Deploy, "", nil)
-	if res.Reason != coremetal.ReasonHardwareMismatch || res.Step != coremetal.StepAwaitRejoin {
+	if res.Reason != coremetal.ReasonHardwareMismatch || res.Step != "reboot" || !strings.Contains(res.Message, "hk-impostor") {
 		t.Fatalf("result %+v", res)
+	}
+	if n := h.store.node(h.node); n.LastError == nil || n.LastError.Reason != coremetal.ReasonHardwareMismatch || n.LastError.Step != "reboot" {
+		t.Fatalf("node %s, last error %+v", n.State, n.LastError)
+	}
+	if wf := h.store.workflowOf(h.node); wf.run.State != provisioning.WorkflowFailed || wf.run.Steps[6].State != provisioning.StepFailed {
+		t.Fatalf("workflow %s, reboot %s", wf.run.State, wf.run.Steps[6].State)
 	}
 	// A failed deploy recovers to ready.
 	h.mustFinish(coremetal.Recover, "", nodes.Ready)

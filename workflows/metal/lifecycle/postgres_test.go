@@ -13,6 +13,7 @@ import (
 	"github.com/better-compute/better-compute/core/inventory"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/core/provisioning"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
@@ -67,6 +68,11 @@ func TestLifecycleOverPostgres(t *testing.T) {
 	}
 
 	w := startWorldOn(t, ctx, siteID, activities.NewDBStore(st, catalog), newFakeSite(newFakeStore()))
+	// The deploy's provisioning steps run over a fake ProvisionStore (the
+	// workflow's own tests run them in full); the lifecycle around them is
+	// PostgreSQL's.
+	prov := newFakeStore()
+	w.a.Provision = prov
 	// The ramdisk: the site mints the boot's token, the machine reports
 	// its inventory with it and posts the results of its steps.
 	var silent atomic.Bool // the machine boots but its ramdisk never reports
@@ -124,6 +130,15 @@ func TestLifecycleOverPostgres(t *testing.T) {
 	} {
 		began := time.Now()
 		p := begin(step.op)
+		if step.op == coremetal.Deploy {
+			// The provisioning workflow metal.deploy would have made:
+			// store/workflows persists it; here the fake holds it.
+			prov.mu.Lock()
+			prov.newWorkflow(nodeID, tenant, p.OpSeq, []provisioning.Step{
+				{Name: "check-image", On: provisioning.RunnerControlPlane, Action: provisioning.ActionCheckImage},
+				{Name: "settle", On: provisioning.RunnerControlPlane, Action: provisioning.ActionSleep, Args: map[string]any{"seconds": 1}}})
+			prov.mu.Unlock()
+		}
 		if err := activities.StartLifecycle(ctx, w.c, controlPlaneQueue, p); err != nil {
 			t.Fatal(err)
 		}

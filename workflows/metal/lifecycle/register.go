@@ -38,6 +38,15 @@ func Register(r worker.Registry, a *activities.Metal) {
 		activities.ActivityStartNode:        a.StartBulkNode,
 		activities.ActivityAwaitOutcome:     a.AwaitOutcome,
 		activities.ActivityReconcile:        a.ReconcileMetal,
+		// The provisioning steps (StepProvision).
+		activities.ActivityLoadWorkflow:       a.LoadWorkflow,
+		activities.ActivityBeginStep:          a.BeginStep,
+		activities.ActivityEndStep:            a.EndStep,
+		activities.ActivityCheckImage:         a.CheckImage,
+		activities.ActivityAccept:             a.Accept,
+		activities.ActivityEnqueueNodeCommand: a.EnqueueNodeCommand,
+		activities.ActivityNodeCommand:        a.NodeCommand,
+		activities.ActivityHandRamdiskStep:    a.HandRamdiskStep,
 	} {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}

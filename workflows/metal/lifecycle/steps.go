@@ -20,7 +20,7 @@ func purposeOf(op coremetal.Operation) string {
 		return activities.PurposeInspect
 	case coremetal.Provide, coremetal.Undeploy:
 		return activities.PurposeClean
-	case coremetal.Deploy:
+	case coremetal.Deploy, coremetal.Retry:
 		return activities.PurposeDeploy
 	default:
 		return activities.PurposeRescue
@@ -148,6 +148,8 @@ func (l *lifecycle) do(ctx workflow.Context, step string) error {
 		return l.endBoot(ctx, false)
 	case coremetal.StepEndBoot:
 		return l.endBoot(ctx, false)
+	case coremetal.StepProvision:
+		return l.provision(ctx)
 	case coremetal.StepRevokeIdentity:
 		return workflow.ExecuteActivity(cp, a.RevokeIdentities, l.p).Get(cp, nil)
 	default:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,11 +16,12 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	activities "github.com/better-compute/better-compute/activities/metal"
+	"github.com/better-compute/better-compute/agent/protocol"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	"github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/core/provisioning"
 	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testutil"
-	"github.com/better-compute/better-compute/workflows/metal"
 	"github.com/better-compute/better-compute/workflows/sites"
 )
 
@@ -68,7 +71,7 @@ func startWorldOn(t *testing.T, ctx context.Context, siteID string, st activitie
 	}
 	t.Cleanup(cp.Stop)
 	sw := worker.New(c, sites.SiteTaskQueue(siteID), worker.Options{DeadlockDetectionTimeout: time.Minute})
-	metal.RegisterAgent(sw, site)
+	registerFakeSite(sw, site)
 	if err := sw.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -251,5 +254,61 @@ func TestReconcilerRestartsAndFailsLostWorkflows(t *testing.T) {
 	}
 	if n := w.reconcile(); n != 0 {
 		t.Fatalf("the reconciler acted on %d settled nodes", n)
+	}
+}
+
+// A deploy whose workflow is terminated while the ramdisk writes the image
+// is started again by the reconciler and resumes there on a real
+// Temporal: the image is not staged again, the machine not booted again,
+// and write-image starts its second attempt.
+func TestDeployResumesAfterARestartOnTemporal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w := startWorld(t, ctx)
+	w.store.enroll("node_1")
+	for _, op := range []coremetal.Operation{coremetal.Manage, coremetal.Inspect, coremetal.Provide} {
+		if res, _ := w.runOp(ctx, "node_1", op, ""); res.Outcome != activities.OutcomeFinished {
+			t.Fatalf("%s: %+v", op, res)
+		}
+	}
+	var writing atomic.Bool
+	writing.Store(true)
+	w.store.onRamdiskStep = func(_ *fakeBoot, st protocol.RamdiskStep) (protocol.RamdiskStepResult, bool) {
+		if st.Name == protocol.StepWriteImage && writing.Load() {
+			return protocol.RamdiskStepResult{}, false
+		}
+		return protocol.RamdiskStepResult{Name: st.Name, OK: true, Message: st.Name + " done"}, true
+	}
+	p := w.store.begin("node_1", coremetal.Deploy, "", time.Hour)
+	if err := activities.StartLifecycle(ctx, w.c, controlPlaneQueue, p); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the ramdisk writes the image", func() bool {
+		return w.store.node("node_1").Step == "write-image"
+	})
+	if err := w.c.TerminateWorkflow(ctx, activities.MetalWorkflowID("node_1"), "", "test: the workflow is lost"); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.reconcile(); n != 1 {
+		t.Fatalf("reconciler acted %d times, want 1 restart", n)
+	}
+	testutil.Eventually(t, time.Minute, "the restarted run writes the image again", func() bool {
+		return slices.Contains(w.store.workflowOf("node_1").begun, "write-image#2")
+	})
+	writing.Store(false)
+	if err := w.c.SignalWorkflow(ctx, activities.MetalWorkflowID("node_1"), "", activities.SignalBootReported,
+		activities.BootReported{}); err != nil {
+		t.Fatal(err)
+	}
+	var res activities.LifecycleResult
+	if err := w.c.GetWorkflow(ctx, activities.MetalWorkflowID("node_1"), "").Get(ctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != activities.OutcomeFinished || res.State != string(nodes.Deployed) {
+		t.Fatalf("result %+v", res)
+	}
+	wf := w.store.workflowOf("node_1")
+	if wf.run.State != provisioning.WorkflowSucceeded || w.site.count("StageImage") != 1 || w.site.count("BootRamdisk deploy") != 1 {
+		t.Fatalf("workflow %s, begun %q, calls %v", wf.run.State, wf.begun, w.site.calls)
 	}
 }
