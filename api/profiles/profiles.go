@@ -6,11 +6,14 @@ package profiles
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	coreprofiles "github.com/better-compute/better-compute/core/profiles"
 	"github.com/better-compute/better-compute/core/provisioning"
+	"github.com/better-compute/better-compute/drivers"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/profiles"
@@ -135,6 +138,9 @@ func methods(d rpc.Deps, live domain.LiveWorkflows) []rpc.Descriptor {
 		&rpc.Method[CreateInput, Detail]{Name: Create, Action: "compute:profiles:manage", DecidedOn: "compute-tenant",
 			Phase: "v0.2", Kind: core.KindMutation,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in CreateInput) (Detail, error) {
+				if err := checkBindings(in.Document); err != nil {
+					return Detail{}, err
+				}
 				p, v, err := domain.Create(ctx, tx, typ(), c.TenantID, c.Caller.IdentityID, in.Name, in.Document)
 				if err != nil {
 					return Detail{}, err
@@ -207,6 +213,9 @@ func methods(d rpc.Deps, live domain.LiveWorkflows) []rpc.Descriptor {
 		&rpc.Method[UpdateInput, Detail]{Name: Update, Action: "compute:profiles:manage", DecidedOn: "compute-profile",
 			Phase: "v0.2", Kind: core.KindMutation,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in UpdateInput) (Detail, error) {
+				if err := checkBindings(in.Document); err != nil {
+					return Detail{}, err
+				}
 				p, v, err := domain.Update(ctx, tx, c.TenantID, in.ProfileID, c.Caller.IdentityID, in.Document)
 				if err != nil {
 					return Detail{}, err
@@ -241,4 +250,25 @@ func nodeField(err error) error {
 		return err
 	}
 	return ce.WithDetails(map[string]any{"field": "nodeId"})
+}
+
+// checkBindings refuses a document binding a concern to a driver that
+// drivers.list does not serve it with (core cannot read the drivers'
+// catalog, so create and update check it here, before anything is
+// stored; a document that does not parse is the store's to refuse).
+func checkBindings(raw json.RawMessage) error {
+	doc, problems := coreprofiles.Parse(raw)
+	if len(problems) > 0 {
+		return nil
+	}
+	var found []Problem
+	for _, concern := range slices.Sorted(maps.Keys(doc.Bindings)) {
+		if why := drivers.CheckBinding(concern, doc.Bindings[concern]); why != "" {
+			found = append(found, Problem{Field: "bindings." + concern, Reason: coreprofiles.ReasonBinding, Message: why})
+		}
+	}
+	if len(found) > 0 {
+		return domain.Invalid(found)
+	}
+	return nil
 }

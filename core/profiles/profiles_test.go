@@ -152,7 +152,7 @@ func TestRender(t *testing.T) {
 	}
 	_, ps = profiles.Render(bad, target())
 	for _, want := range [][2]string{
-		{"bindings.power", profiles.ReasonBindingMismatch}, {"bindings.boot", profiles.ReasonBinding},
+		{"bindings.power", profiles.ReasonBindingMismatch}, {"bindings.boot", profiles.ReasonBindingMismatch},
 		{"userData", profiles.ReasonSecretRef}, {"hostConfig.hostname", profiles.ReasonTemplate},
 		{"hostConfig.metaData.x", profiles.ReasonTemplate}, {"steps[0].args.action", provisioning.ReasonEnum},
 	} {

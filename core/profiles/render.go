@@ -11,7 +11,6 @@ import (
 
 	"github.com/better-compute/better-compute/core/provisioning"
 	"github.com/better-compute/better-compute/core/secrets"
-	"github.com/better-compute/better-compute/drivers"
 )
 
 // Target is what a profile is rendered for: one node and the image the
@@ -111,7 +110,7 @@ func Render(doc Document, t Target) (Rendered, []Problem) {
 	}
 	for _, concern := range slices.Sorted(maps.Keys(doc.Bindings)) {
 		want, have := doc.Bindings[concern], t.Node.DriverBindings[concern]
-		if drivers.CheckBinding(concern, want) == "" && doc.Target == TargetMetal && have != want {
+		if doc.Target == TargetMetal && have != want {
 			if have == "" {
 				have = "no driver"
 			}
@@ -176,9 +175,6 @@ func Check(doc Document) []Problem {
 		if doc.Target != TargetMetal {
 			add("bindings."+concern, ReasonBinding, "driver bindings are for metal targets")
 			continue
-		}
-		if why := drivers.CheckBinding(concern, doc.Bindings[concern]); why != "" {
-			add("bindings."+concern, ReasonBinding, "%s", why)
 		}
 	}
 	if doc.UserDataIsSecret() {
