@@ -155,12 +155,13 @@ func backoff(r provisioning.Retry, n int) time.Duration {
 	return max(min(d, provisioning.MaxBackoff), time.Millisecond)
 }
 
-// bounded keeps the end of an output within provisioning.MaxOutputBytes.
+// bounded keeps the end of an output (where a failure says why) within
+// provisioning.MaxOutputBytes, as valid UTF-8 (a cut may split a rune).
 func bounded(s string) string {
-	if len(s) <= provisioning.MaxOutputBytes {
-		return s
+	if len(s) > provisioning.MaxOutputBytes {
+		s = s[len(s)-provisioning.MaxOutputBytes:]
 	}
-	return s[len(s)-provisioning.MaxOutputBytes:]
+	return strings.ToValidUTF8(s, "")
 }
 
 // beginStep begins an attempt of step i; while a pause holds the workflow

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -454,6 +455,21 @@ func TestNodeExecStepAwaitsTheCommand(t *testing.T) {
 	for _, c := range h.store.commands {
 		if c.key != wf.run.ID+"/hello/1" || c.kind != "exec" {
 			t.Fatalf("command %+v", c)
+		}
+	}
+}
+
+// An output is kept to its last MaxOutputBytes, as valid UTF-8; a backoff
+// doubles per attempt up to MaxBackoff.
+func TestBoundedOutputAndBackoff(t *testing.T) {
+	long := strings.Repeat("é", provisioning.MaxOutputBytes) // two bytes each
+	if got := bounded(long); len(got) > provisioning.MaxOutputBytes || !utf8.ValidString(got) || !strings.HasSuffix(long, got) {
+		t.Fatalf("bounded: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	r := provisioning.Retry{MaxAttempts: 10, BackoffSeconds: 5}
+	for n, want := range map[int]time.Duration{1: 5 * time.Second, 2: 10 * time.Second, 3: 20 * time.Second, 9: provisioning.MaxBackoff} {
+		if got := backoff(r, n); got != want {
+			t.Errorf("backoff after attempt %d: %v, want %v", n, got, want)
 		}
 	}
 }
