@@ -123,6 +123,7 @@ var Table = []Edge{
 		Steps: []string{StepPowerOff, StepEndBoot, StepRevokeIdentity}},
 	{Operation: Recover, From: []nodes.ProvisionState{nodes.Failed}, During: nodes.Failed,
 		Steps: []string{StepVerifyBMC, StepPowerOff}},
+	{Operation: Retry, From: []nodes.ProvisionState{nodes.Failed}, During: nodes.Deploying, To: nodes.Deployed, RecoverTo: nodes.Ready, Steps: []string{StepProvision}},
 	{Operation: Power, From: []nodes.ProvisionState{nodes.Enrolling, nodes.Ready, nodes.Deployed, nodes.Rescue, nodes.Failed},
 		Requires: []Requirement{NeedsManaged}, Steps: []string{StepSetPower}},
 }
@@ -141,7 +142,9 @@ func EdgeOf(op Operation) (Edge, bool) {
 func Allowed(state nodes.ProvisionState, managed, inspected bool) []Operation {
 	var out []Operation
 	for _, e := range Table {
-		if e.allows(state, managed, inspected) {
+		// Retry is workflows.retry's, allowed only for the workflow the node
+		// failed by, so it is no metal.* action to list.
+		if e.Operation != Retry && e.allows(state, managed, inspected) {
 			out = append(out, e.Operation)
 		}
 	}
