@@ -7,6 +7,7 @@ import (
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/profiles"
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
@@ -29,4 +30,5 @@ var Domains = []rpc.Domain{
 	metal.Methods,
 	secrets.Methods,
 	drivers.Methods,
+	profiles.Methods,
 }

@@ -287,6 +287,18 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"profiles.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
+			ids := pagingIDs("prof", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO profiles (id, tenant_id, name, target, latest_version, created_by)
+				SELECT id, 'acme', id, 'metal', 1, 'idn_x' FROM unnest($1::text[]) id`, ids); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id)
+				SELECT $2, id, 'acme' FROM unnest($1::text[]) id`, ids, e.catalog.FullName("profile")); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"usage.list": {input: map[string]any{"tenantId": "acme", "from": usageMs(0), "to": usageMs(12), "groupBy": "reservation"},
 			itemKey: func(item map[string]any) string { return fmt.Sprint(item["reservationId"]) },
 			insert: func(first, n int) []string {

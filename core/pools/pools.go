@@ -39,6 +39,9 @@ type Policy struct {
 	// MigLayout is the MIG layout of mig pools.
 	MigLayout  string `json:"migLayout,omitempty" jsonschema:"pattern=^[a-z0-9][a-z0-9.\\,_+-]{0\\,63}$"`
 	TenantRoot bool   `json:"tenantRoot,omitempty"`
+	// RequireVerifiedImages admits only images whose signature checked out
+	// against an allowed signer to be deployed on the pool's machines.
+	RequireVerifiedImages bool `json:"requireVerifiedImages,omitempty"`
 }
 
 // Admission is a pool policy's admission section.
