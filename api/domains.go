@@ -14,6 +14,8 @@ import (
 	"github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/usage"
+	"github.com/better-compute/better-compute/api/workflows"
+	workflowstore "github.com/better-compute/better-compute/store/workflows"
 )
 
 // Domains are the method groups the API serves, each described by its
@@ -30,5 +32,6 @@ var Domains = []rpc.Domain{
 	metal.Methods,
 	secrets.Methods,
 	drivers.Methods,
-	profiles.Methods,
+	profiles.Domain(workflowstore.LiveCount),
+	workflows.Methods,
 }

@@ -462,6 +462,15 @@ func LiveForProfile(ctx context.Context, tx store.Tx, tenantID, profileID string
 	return id, err
 }
 
+// LiveCount counts the tenant's live workflows that run the profile (the
+// store/profiles.LiveWorkflows profiles.delete checks).
+func LiveCount(ctx context.Context, tx store.Tx, tenantID, profileID string) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM workflows WHERE tenant_id = $1 AND profile_id = $2
+		AND state IN ('pending', 'running', 'paused')`, tenantID, profileID).Scan(&n)
+	return n, err
+}
+
 // ImageForSite answers the image a live workflow on the node, at the
 // site, writes (the site image endpoint serves only that); any other
 // image, node or site is NOT_FOUND.

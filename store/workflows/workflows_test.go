@@ -102,7 +102,7 @@ func (f *fixture) deploy(nodeID string) (workflows.Workflow, int64) {
 		w, err = workflows.Create(ctx, tx, workflows.New{TenantID: "acme", NodeID: nodeID, ProfileID: "prof_x",
 			ProfileVersion: 2, OpSeq: seq, CreatedBy: "idn_alice", Steps: steps(),
 			Context: provisioning.Context{ProfileID: "prof_x", ProfileVersion: 2, Target: "metal",
-				Image: &provisioning.ImageRef{ID: "img_1", Name: "debian", Version: "13", SHA256: "ab"},
+				Image:    &provisioning.ImageRef{ID: "img_1", Name: "debian", Version: "13", SHA256: "ab"},
 				UserData: "#cloud-config\n"}})
 		return err
 	}))
