@@ -277,3 +277,73 @@ func TestMetalDeployRefusesProfiles(t *testing.T) {
 		t.Fatalf("%d workflows after refused deploys", n)
 	}
 }
+
+// TestProvisionStoreChecksAndCommands: the lifecycle's check-image step
+// sees an image changed since the workflow pinned it, and a node step's
+// command is queued once per key and read back with its outcome.
+func TestProvisionStoreChecksAndCommands(t *testing.T) {
+	m := newMetalEnv(t)
+	ctx := context.Background()
+	node := m.ready("ps-1", "https://10.0.4.1")
+	d, err := metal.Deploy.Call(ctx, m.client(m.boot.UserToken), metal.DeployInput{TenantID: "acme", NodeID: node,
+		ProfileID: m.profile("acme", "checks")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := metalact.NewDBStore(m.store, m.catalog)
+	if why, err := ps.CheckImage(ctx, "acme", d.WorkflowID); err != nil || why != "" {
+		t.Fatalf("CheckImage = %q, %v", why, err)
+	}
+	if _, err := m.store.Pool.Exec(ctx, `UPDATE images SET sha256 = $1 WHERE name = 'img-checks'`, strings.Repeat("d", 64)); err != nil {
+		t.Fatal(err)
+	}
+	if why, err := ps.CheckImage(ctx, "acme", d.WorkflowID); err != nil || !strings.Contains(why, "digest") {
+		t.Fatalf("CheckImage of a changed image = %q, %v", why, err)
+	}
+	if _, err := m.store.Pool.Exec(ctx, `DELETE FROM images WHERE name = 'img-checks'`); err != nil {
+		t.Fatal(err)
+	}
+	if why, err := ps.CheckImage(ctx, "acme", d.WorkflowID); err != nil || !strings.Contains(why, "gone") {
+		t.Fatalf("CheckImage of a deleted image = %q, %v", why, err)
+	}
+
+	args := map[string]any{"argv": []string{"hostname"}}
+	id, err := ps.EnqueueNodeCommand(ctx, "acme", node, d.WorkflowID+"/1/1", "exec", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := ps.EnqueueNodeCommand(ctx, "acme", node, d.WorkflowID+"/1/1", "exec", args); err != nil || again != id {
+		t.Fatalf("a retried enqueue = %s, %v (want %s)", again, err, id)
+	}
+	if o, err := ps.NodeCommand(ctx, "acme", id); err != nil || o.Done {
+		t.Fatalf("a queued command = %+v, %v", o, err)
+	}
+	result := func(id string, r store.NodeCommandResult) {
+		t.Helper()
+		if err := m.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+			cmd, err := store.GetNodeCommand(ctx, tx, "acme", node, id)
+			if err != nil {
+				return err
+			}
+			return store.RecordNodeCommandResult(ctx, tx, node, cmd.Seq, r)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zero, two := 0, 2
+	result(id, store.NodeCommandResult{State: store.CommandSucceeded, ExitCode: &zero, Stdout: "ps-1\n"})
+	if o, err := ps.NodeCommand(ctx, "acme", id); err != nil || !o.Done || !o.OK || o.Output != "ps-1\n" {
+		t.Fatalf("a succeeded command = %+v, %v", o, err)
+	}
+	failing, err := ps.EnqueueNodeCommand(ctx, "acme", node, d.WorkflowID+"/1/2", "exec", map[string]any{"argv": []string{"false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result(failing, store.NodeCommandResult{State: store.CommandFailed, ExitCode: &two, Stderr: "no"})
+	if o, err := ps.NodeCommand(ctx, "acme", failing); err != nil || !o.Done || o.OK || !strings.Contains(o.Error, "exit code 2") {
+		t.Fatalf("a failed command = %+v, %v", o, err)
+	}
+	if _, err := ps.NodeCommand(ctx, "globex", id); err == nil {
+		t.Fatal("another tenant read the command")
+	}
+}
