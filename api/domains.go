@@ -15,6 +15,8 @@ import (
 	"github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/usage"
+	"github.com/better-compute/better-compute/api/workflows"
+	workflowstore "github.com/better-compute/better-compute/store/workflows"
 )
 
 // Domains are the method groups the API serves, each described by its
@@ -32,5 +34,6 @@ var Domains = []rpc.Domain{
 	secrets.Methods,
 	drivers.Methods,
 	images.Methods,
-	profiles.Methods,
+	profiles.Domain(workflowstore.LiveCount),
+	workflows.Methods,
 }

@@ -240,41 +240,51 @@ func TestMetalLifecycleMethods(t *testing.T) {
 	if e.Details["provisionState"] != "enrolling" || fmt.Sprint(e.Details["allowed"]) != "[manage retire]" {
 		t.Fatalf("details: %v", e.Details)
 	}
-	for _, ref := range []rpc1{metal.Provide, metal.Deploy, metal.Undeploy, metal.Rescue, metal.Unrescue, metal.Recover, metal.Abort} {
+	for _, ref := range []rpc1{metal.Provide, metal.Undeploy, metal.Rescue, metal.Unrescue, metal.Recover, metal.Abort} {
 		if _, err := ref.Call(ctx, c, node); codeOf(err) != core.CodeInvalidState {
 			t.Errorf("%s from enrolling: %v", ref, err)
 		}
+	}
+	profile := m.profile("acme", "plain")
+	deploy := metal.DeployInput{TenantID: "acme", NodeID: n.Node.ID, ProfileID: profile}
+	if _, err := metal.Deploy.Call(ctx, c, deploy); codeOf(err) != core.CodeInvalidState {
+		t.Errorf("deploy from enrolling: %v", err)
+	}
+	deployRef := func(ctx context.Context, c rpc.Caller, _ metal.NodeInput) (metal.MetalNode, error) {
+		d, err := metal.Deploy.Call(ctx, c, deploy)
+		return d.MetalNode, err
 	}
 	if _, err := metal.Power.Call(ctx, c, metal.PowerInput{TenantID: "acme", NodeID: n.Node.ID, Action: metal.PowerOn}); codeOf(err) != core.CodeInvalidState {
 		t.Errorf("power before manage: %v", err)
 	}
 
+	type caller func(context.Context, rpc.Caller, metal.NodeInput) (metal.MetalNode, error)
 	steps := []struct {
-		ref    rpc1
+		ref    caller
 		during string
 		fin    metaldomain.Finish
 		after  string
 	}{
-		{metal.Manage, "enrolling", metaldomain.Finish{Managed: true, Power: nodestate.PowerOff}, "enrolling"},
-		{metal.Inspect, "inspecting", metaldomain.Finish{Inspected: true}, "enrolling"},
-		{metal.Provide, "commissioning", metaldomain.Finish{}, "ready"},
-		{metal.Deploy, "deploying", metaldomain.Finish{}, "deployed"},
-		{metal.Rescue, "rescue", metaldomain.Finish{}, "rescue"},
-		{metal.Unrescue, "rescue", metaldomain.Finish{}, "deployed"},
-		{metal.Undeploy, "releasing", metaldomain.Finish{}, "ready"},
+		{metal.Manage.Call, "enrolling", metaldomain.Finish{Managed: true, Power: nodestate.PowerOff}, "enrolling"},
+		{metal.Inspect.Call, "inspecting", metaldomain.Finish{Inspected: true}, "enrolling"},
+		{metal.Provide.Call, "commissioning", metaldomain.Finish{}, "ready"},
+		{deployRef, "deploying", metaldomain.Finish{}, "deployed"},
+		{metal.Rescue.Call, "rescue", metaldomain.Finish{}, "rescue"},
+		{metal.Unrescue.Call, "rescue", metaldomain.Finish{}, "deployed"},
+		{metal.Undeploy.Call, "releasing", metaldomain.Finish{}, "ready"},
 	}
 	for _, s := range steps {
-		got, err := s.ref.Call(ctx, c, node)
+		got, err := s.ref(ctx, c, node)
 		if err != nil {
-			t.Fatalf("%s: %v", s.ref, err)
+			t.Fatalf("to %s: %v", s.during, err)
 		}
 		l := got.Lifecycle
 		if l.State != s.during || string(l.Operation) == "" || l.Deadline == nil || l.WorkflowStarted || !slices.Equal(l.Allowed, []string{"abort"}) {
-			t.Fatalf("%s: %+v", s.ref, l)
+			t.Fatalf("%s: %+v", l.Operation, l)
 		}
 		m.finish(got, s.fin)
 		if now := m.get(n.Node.ID); now.Lifecycle.State != s.after || now.Node.ProvisionState != s.after {
-			t.Fatalf("after %s: %s", s.ref, now.Lifecycle.State)
+			t.Fatalf("after %s: %s", got.Lifecycle.Operation, now.Lifecycle.State)
 		}
 	}
 
@@ -295,7 +305,7 @@ func TestMetalLifecycleMethods(t *testing.T) {
 
 	// Abort with no workflow running fails the node in the same call;
 	// recover takes it back to where the failed operation recovers.
-	if _, err := metal.Deploy.Call(ctx, c, node); err != nil {
+	if _, err := metal.Deploy.Call(ctx, c, deploy); err != nil {
 		t.Fatal(err)
 	}
 	ab, err := metal.Abort.Call(ctx, c, node)

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
@@ -34,6 +35,7 @@ import (
 	apimetal "github.com/better-compute/better-compute/api/metal"
 	apinodes "github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
+	apiprofiles "github.com/better-compute/better-compute/api/profiles"
 	"github.com/better-compute/better-compute/api/rpc"
 	apisecrets "github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
@@ -74,6 +76,39 @@ type metalRig struct {
 	secret  string // the BMC password's secret reference
 	site    *siteAgent
 	bootURL string
+	// profileID is the profile metal.deploy deploys with.
+	profileID string
+}
+
+// deployOp stands for metal.deploy in the lifecycle's tables: run deploys
+// with the rig's profile.
+const deployOp rpc.Ref[apimetal.NodeInput, apimetal.MetalNode] = "metal.deploy"
+
+// deployIn is metal.deploy's input for the node with the rig's profile.
+func (r *metalRig) deployIn(nodeID string) apimetal.DeployInput {
+	return apimetal.DeployInput{TenantID: metalRoot, NodeID: nodeID, ProfileID: r.profileID}
+}
+
+// addProfile registers an available image and a profile that deploys it
+// (the lifecycle's own deploy steps run; the profile pins what it writes).
+func (r *metalRig) addProfile() {
+	r.t.Helper()
+	db, err := pgx.Connect(r.ctx, r.stack.DatabaseURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer db.Close(r.ctx)
+	if _, err := db.Exec(r.ctx, `INSERT INTO images (id, tenant_id, name, version, format, sha256, size_bytes, state, created_by)
+		VALUES ($1, $2, 'e2e-disk', '1', 'raw', $3, 1048576, 'available', 'e2e')`,
+		core.NewID("img"), metalRoot, strings.Repeat("c", 64)); err != nil {
+		r.t.Fatal(err)
+	}
+	p, err := apiprofiles.Create.Call(r.ctx, r.admin, apiprofiles.CreateInput{TenantID: metalRoot, Name: "e2e",
+		Document: json.RawMessage(`{"target": "metal", "image": {"name": "e2e-disk", "version": "1"}}`)})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.profileID = p.ID
 }
 
 // siteAgent is the rig's `bcd site`, a real process a test may kill.
@@ -150,6 +185,7 @@ func newMetalRig(t *testing.T) *metalRig {
 		t.Fatal(err)
 	}
 	r.poolID = pool.ID
+	r.addProfile()
 	tok, err := sites.CreateToken.Call(ctx, r.admin, sites.CreateTokenInput{TenantID: metalRoot, SiteID: st.ID, Name: "metal e2e"})
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +287,13 @@ func (r *metalRig) get(nodeID string) apinodes.NodeDetail {
 func (r *metalRig) run(ref rpc.Ref[apimetal.NodeInput, apimetal.MetalNode], nodeID, want string, within time.Duration) time.Duration {
 	r.t.Helper()
 	start := time.Now()
-	if _, err := ref.Call(r.ctx, r.admin, apimetal.NodeInput{TenantID: metalRoot, NodeID: nodeID}); err != nil {
+	var err error
+	if ref == deployOp {
+		_, err = apimetal.Deploy.Call(r.ctx, r.admin, r.deployIn(nodeID))
+	} else {
+		_, err = ref.Call(r.ctx, r.admin, apimetal.NodeInput{TenantID: metalRoot, NodeID: nodeID})
+	}
+	if err != nil {
 		r.t.Fatalf("%s: %v", ref, err)
 	}
 	r.await(nodeID, want, within)
@@ -319,7 +361,7 @@ var wholeLifecycle = []struct {
 	{"manage", apimetal.Manage, "enrolling"},
 	{"inspect", apimetal.Inspect, "enrolling"},
 	{"provide", apimetal.Provide, "ready"},
-	{"deploy", apimetal.Deploy, "deployed"},
+	{"deploy", deployOp, "deployed"},
 	{"undeploy", apimetal.Undeploy, "ready"},
 	{"retire", apimetal.Retire, "retired"},
 }
@@ -436,7 +478,7 @@ func TestMetal(t *testing.T) {
 		// recover takes it back to where the inspection started.
 		rt.run(apimetal.Recover, id, "enrolling", metalWait)
 		// and a transition the table refuses names what is allowed.
-		_, err = apimetal.Deploy.Call(r.ctx, r.admin, apimetal.NodeInput{TenantID: metalRoot, NodeID: id})
+		_, err = apimetal.Deploy.Call(r.ctx, r.admin, r.deployIn(id))
 		var ce *core.Error
 		if !errorsAs(err, &ce) || ce.Code != core.CodeInvalidState {
 			t.Fatalf("deploy from enrolling: %v", err)
@@ -450,7 +492,7 @@ func TestMetal(t *testing.T) {
 		rt := *r
 		rt.t = t
 		id, _, _ := ready(t, &rt, "kill-1")
-		if _, err := apimetal.Deploy.Call(r.ctx, r.admin, apimetal.NodeInput{TenantID: metalRoot, NodeID: id}); err != nil {
+		if _, err := apimetal.Deploy.Call(r.ctx, r.admin, r.deployIn(id)); err != nil {
 			t.Fatal(err)
 		}
 		r.site.kill()
@@ -462,7 +504,7 @@ func TestMetal(t *testing.T) {
 		rt := *r
 		rt.t = t
 		id, m, _ := ready(t, &rt, "rescue-1")
-		rt.run(apimetal.Deploy, id, "deployed", metalWait)
+		rt.run(deployOp, id, "deployed", metalWait)
 		rt.run(apimetal.Rescue, id, "rescue", metalWait)
 		rt.run(apimetal.Unrescue, id, "deployed", metalWait)
 		if p, _ := m.PowerState(r.ctx); p != drivers.PowerOn {

@@ -108,7 +108,7 @@ func (s *DBStore) Finish(ctx context.Context, f Finish) error {
 			return err
 		}
 		return domain.FinishOperation(ctx, tx, s.types, domain.Finish{NodeID: f.NodeID, OpSeq: f.OpSeq,
-			Managed: f.Managed, Inspected: f.Inspected, Power: f.Power, State: f.State})
+			Managed: f.Managed, Inspected: f.Inspected, Power: f.Power, State: f.State, WorkflowState: f.WorkflowState})
 	})
 }
 
@@ -119,7 +119,7 @@ func (s *DBStore) Fail(ctx context.Context, f Failure) error {
 			return err
 		}
 		return domain.FailOperation(ctx, tx, s.types, domain.Failure{NodeID: f.NodeID, OpSeq: f.OpSeq,
-			Reason: f.Reason, Code: f.Code, Step: f.Step, Message: f.Message})
+			Reason: f.Reason, Code: f.Code, Step: f.Step, Message: f.Message, WorkflowState: f.WorkflowState})
 	})
 }
 

@@ -43,6 +43,21 @@ func (g *Gateway) MountMetal(r gin.IRoutes) {
 	r.POST(protocol.RamdiskReportPath, noStore, g.ramdisk(g.RamdiskReport))
 	r.POST(protocol.RamdiskResultPath, noStore, g.ramdisk(g.RamdiskResult))
 	r.POST(protocol.RamdiskDiscoverPath, noStore, agentJSON(g.RamdiskDiscover))
+	r.POST(protocol.RamdiskSeedPath, noStore, g.seed)
+}
+
+// deployPollMs is how often a deploy boot's waiting ramdisk asks again:
+// its workflow hands it one step at a time, so it should not wait long.
+const deployPollMs = 1000
+
+// instructions answers a boot's ramdisk its pending steps (and, for a
+// deploy boot, how soon to ask again).
+func instructions(b metaldomain.Boot) protocol.RamdiskInstructions {
+	out := protocol.RamdiskInstructions{NodeID: b.NodeID, Steps: b.Pending()}
+	if b.Purpose == metaldomain.PurposeDeploy {
+		out.PollMs = deployPollMs
+	}
+	return out
 }
 
 // noStore keeps credentials and tokens out of every cache on the way.
@@ -58,18 +73,24 @@ func (g *Gateway) ramdisk(fn func(context.Context, []byte) (protocol.RamdiskInst
 			return
 		}
 		out, bootID, err := fn(c.Request.Context(), body)
-		if errors.Is(err, metaldomain.ErrBootEnded) {
-			e := core.Errorf(core.CodeInvalidState, "the boot has ended").WithDetails(map[string]any{"reason": "bootEnded"})
-			c.AbortWithStatusJSON(http.StatusGone, httpx.ErrorBody{Error: e, RequestID: c.GetString(httpx.RequestIDKey)})
-			return
-		}
 		if err != nil {
-			httpx.WriteError(c, err)
+			writeBootErr(c, err)
 			return
 		}
 		g.signalBoot(c.Request.Context(), out.NodeID, bootID)
 		c.JSON(http.StatusOK, out)
 	}
+}
+
+// writeBootErr writes a boot-token endpoint's error: a boot that ended is
+// 410 Gone, so the ramdisk stops asking.
+func writeBootErr(c *gin.Context, err error) {
+	if errors.Is(err, metaldomain.ErrBootEnded) {
+		e := core.Errorf(core.CodeInvalidState, "the boot has ended").WithDetails(map[string]any{"reason": "bootEnded"})
+		c.AbortWithStatusJSON(http.StatusGone, httpx.ErrorBody{Error: e, RequestID: c.GetString(httpx.RequestIDKey)})
+		return
+	}
+	httpx.WriteError(c, err)
 }
 
 // siteHolder authenticates a site endpoint's caller: a live site token,
@@ -233,7 +254,7 @@ func (g *Gateway) RamdiskReport(ctx context.Context, body []byte) (protocol.Ramd
 	if err != nil {
 		return protocol.RamdiskInstructions{}, "", err
 	}
-	return protocol.RamdiskInstructions{NodeID: b.NodeID, Steps: b.Pending()}, b.ID, nil
+	return instructions(b), b.ID, nil
 }
 
 // RamdiskResult stores the results of the steps a ramdisk ran.
@@ -259,7 +280,7 @@ func (g *Gateway) RamdiskResult(ctx context.Context, body []byte) (protocol.Ramd
 	if err != nil {
 		return protocol.RamdiskInstructions{}, "", err
 	}
-	return protocol.RamdiskInstructions{NodeID: b.NodeID, Steps: b.Pending()}, b.ID, nil
+	return instructions(b), b.ID, nil
 }
 
 // RamdiskDiscover records a machine that booted the site's discovery

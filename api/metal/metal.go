@@ -22,12 +22,15 @@ import (
 	"github.com/better-compute/better-compute/core"
 	coremetal "github.com/better-compute/better-compute/core/metal"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
+	"github.com/better-compute/better-compute/core/provisioning"
 	coresecrets "github.com/better-compute/better-compute/core/secrets"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/metal"
 	"github.com/better-compute/better-compute/store/nodes"
 	"github.com/better-compute/better-compute/store/pools"
+	"github.com/better-compute/better-compute/store/profiles"
+	"github.com/better-compute/better-compute/store/workflows"
 )
 
 // The metal domain's types, as the methods answer them.
@@ -167,7 +170,7 @@ const (
 	Manage     rpc.Ref[NodeInput, MetalNode]            = "metal.manage"
 	Inspect    rpc.Ref[NodeInput, MetalNode]            = "metal.inspect"
 	Provide    rpc.Ref[NodeInput, MetalNode]            = "metal.provide"
-	Deploy     rpc.Ref[NodeInput, MetalNode]            = "metal.deploy"
+	Deploy     rpc.Ref[DeployInput, Deployed]           = "metal.deploy"
 	Undeploy   rpc.Ref[NodeInput, MetalNode]            = "metal.undeploy"
 	Rescue     rpc.Ref[NodeInput, MetalNode]            = "metal.rescue"
 	Unrescue   rpc.Ref[NodeInput, MetalNode]            = "metal.unrescue"
@@ -179,6 +182,22 @@ const (
 	ListFound  rpc.Ref[DiscoveredInput, DiscoveredList] = "metal.discovered"
 	ConfirmMAC rpc.Ref[ConfirmMACInput, MetalNode]      = "metal.confirmMac"
 )
+
+// DeployInput is metal.deploy's input: the profile (and its version, 0:
+// the latest) the node is deployed with.
+type DeployInput struct {
+	TenantID       string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	NodeID         string `json:"nodeId" jsonschema:"required" id:"node"`
+	ProfileID      string `json:"profileId" jsonschema:"required" id:"prof"`
+	ProfileVersion int    `json:"profileVersion,omitempty" jsonschema:"minimum=0"`
+}
+
+// Deployed is metal.deploy's answer: the node, and the provisioning
+// workflow its deploy runs (workflows.get).
+type Deployed struct {
+	MetalNode
+	WorkflowID string `json:"workflowId"`
+}
 
 // DefaultPowerWait bounds how long metal.power waits for the read-back.
 const DefaultPowerWait = 60 * time.Second
@@ -197,21 +216,21 @@ type methods struct {
 
 // Methods describes the metal domain's methods.
 func Methods(d rpc.Deps) []rpc.Descriptor {
-	m := methods{d: d, deadlines: domain.Deadlines{}}
-	if d.Catalog != nil {
-		m.types = nodes.TypesOf(d.Catalog)
-	}
-	for k, v := range d.Metal.Deadlines {
-		m.deadlines[nodestate.ProvisionState(k)] = v
-	}
+	m := newMethods(d)
 	out := []rpc.Descriptor{
 		&rpc.Method[EnrollInput, MetalNode]{Name: Enroll, Action: "compute:nodes:provision", DecidedOn: "compute-pool",
 			Phase: "v0.2", Kind: core.KindMutation, Run: m.enroll},
+		&rpc.Method[DeployInput, Deployed]{Name: Deploy, Action: "compute:nodes:provision", DecidedOn: "compute-node",
+			Phase: "v0.2", Kind: core.KindMutation, Run: m.deploy,
+			After: func(ctx context.Context, _ *rpc.Call, _ DeployInput, out Deployed) (Deployed, error) {
+				out.MetalNode = m.start(ctx, out.MetalNode)
+				return out, nil
+			}},
 	}
 	for _, op := range []struct {
 		ref rpc.Ref[NodeInput, MetalNode]
 		op  coremetal.Operation
-	}{{Manage, coremetal.Manage}, {Inspect, coremetal.Inspect}, {Provide, coremetal.Provide}, {Deploy, coremetal.Deploy},
+	}{{Manage, coremetal.Manage}, {Inspect, coremetal.Inspect}, {Provide, coremetal.Provide},
 		{Undeploy, coremetal.Undeploy}, {Rescue, coremetal.Rescue}, {Unrescue, coremetal.Unrescue},
 		{Recover, coremetal.Recover}, {Retire, coremetal.Retire}} {
 		operation := op.op
@@ -265,6 +284,63 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				return domain.ConfirmMAC(ctx, tx, m.types, c.TenantID, in.NodeID, in.MAC, c.Caller.IdentityID)
 			}},
 	)
+}
+
+func newMethods(d rpc.Deps) methods {
+	m := methods{d: d, deadlines: domain.Deadlines{}}
+	if d.Catalog != nil {
+		m.types = nodes.TypesOf(d.Catalog)
+	}
+	for k, v := range d.Metal.Deadlines {
+		m.deadlines[nodestate.ProvisionState(k)] = v
+	}
+	return m
+}
+
+// Begin begins op on the node in the caller's transaction, as the metal.*
+// operations do (workflows.retry's Retry).
+func Begin(ctx context.Context, d rpc.Deps, c *rpc.Call, tx store.Tx, nodeID string, op coremetal.Operation, args json.RawMessage) (MetalNode, error) {
+	m := newMethods(d)
+	return domain.BeginOperation(ctx, tx, m.types, domain.Begin{TenantID: c.TenantID, NodeID: nodeID, Operation: op,
+		Args: args, By: c.Caller.IdentityID, Deadlines: m.deadlines})
+}
+
+// Start starts a committed operation's lifecycle workflow as the metal.*
+// operations' After does (a start that fails is owed).
+func Start(ctx context.Context, d rpc.Deps, n MetalNode) MetalNode {
+	return newMethods(d).start(ctx, n)
+}
+
+// AbortAfter is metal.abort's After: the running workflow's abort, or,
+// when none runs, the node failed by the call (workflows.abort).
+func AbortAfter(ctx context.Context, d rpc.Deps, c *rpc.Call, n MetalNode) (MetalNode, error) {
+	return newMethods(d).afterAbort(ctx, c, NodeInput{TenantID: n.Node.TenantID, NodeID: n.Node.ID}, n)
+}
+
+// deploy expands the profile for the node, begins the Deploy operation and
+// creates its workflow, pinned to that version, in one transaction: a
+// profile that does not expand changes nothing and names the field.
+func (m methods) deploy(ctx context.Context, c *rpc.Call, tx store.Tx, in DeployInput) (Deployed, error) {
+	target, err := profiles.TargetForNode(ctx, tx, c.TenantID, in.NodeID)
+	if err != nil {
+		return Deployed{}, err
+	}
+	r, err := profiles.Expand(ctx, tx, m.d.Secrets, c.TenantID, in.ProfileID, in.ProfileVersion, target)
+	if err != nil {
+		return Deployed{}, err
+	}
+	n, err := domain.BeginOperation(ctx, tx, m.types, domain.Begin{TenantID: c.TenantID, NodeID: in.NodeID,
+		Operation: coremetal.Deploy, By: c.Caller.IdentityID, Deadlines: m.deadlines})
+	if err != nil {
+		return Deployed{}, err
+	}
+	w, err := workflows.Create(ctx, tx, workflows.New{TenantID: c.TenantID, NodeID: in.NodeID, ProfileID: r.Context.ProfileID,
+		ProfileVersion: r.Context.ProfileVersion, OpSeq: n.Lifecycle.OpSeq, Context: r.Context, Steps: r.Steps,
+		CreatedBy: c.Caller.IdentityID})
+	if err != nil {
+		return Deployed{}, err
+	}
+	return Deployed{MetalNode: n, WorkflowID: w.ID}, nil
 }
 
 // enroll checks the endpoints and that each password reference names a
@@ -392,7 +468,8 @@ func (m methods) afterAbort(ctx context.Context, c *rpc.Call, _ NodeInput, n Met
 		err := m.d.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 			return domain.FailOperation(ctx, tx, m.types, domain.Failure{NodeID: n.Node.ID, OpSeq: n.Lifecycle.OpSeq,
 				Reason: coremetal.ReasonAborted, Code: string(core.CodeInvalidState),
-				Message: "aborted by " + c.Caller.IdentityID + " (no workflow ran the operation)"})
+				Message:       "aborted by " + c.Caller.IdentityID + " (no workflow ran the operation)",
+				WorkflowState: provisioning.WorkflowAborted})
 		})
 		if err != nil && !domain.IsSuperseded(err) {
 			return MetalNode{}, err

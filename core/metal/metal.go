@@ -124,6 +124,7 @@ var Table = []Edge{
 		Steps: []string{StepPowerOff, StepEndBoot, StepRevokeIdentity}},
 	{Operation: Recover, From: []nodes.ProvisionState{nodes.Failed}, During: nodes.Failed,
 		Steps: []string{StepVerifyBMC, StepPowerOff}},
+	{Operation: Retry, From: []nodes.ProvisionState{nodes.Failed}, During: nodes.Deploying, To: nodes.Deployed, RecoverTo: nodes.Ready, Steps: []string{StepProvision}},
 	{Operation: Power, From: []nodes.ProvisionState{nodes.Enrolling, nodes.Ready, nodes.Deployed, nodes.Rescue, nodes.Failed},
 		Requires: []Requirement{NeedsManaged}, Steps: []string{StepSetPower}},
 }

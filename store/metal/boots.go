@@ -268,6 +268,13 @@ func bootByToken(ctx context.Context, tx store.Tx, token string) (Boot, error) {
 	return b, nil
 }
 
+// BootOfToken reads and locks the boot a ramdisk's token names (the seed
+// endpoint's): an unknown token is UNAUTHENTICATED, a finished or expired
+// boot ErrBootEnded.
+func BootOfToken(ctx context.Context, tx store.Tx, token string) (Boot, error) {
+	return bootByToken(ctx, tx, token)
+}
+
 // Report stores the inventory a boot's ramdisk reported (and its hardware
 // key) on the boot row and answers the steps the workflow set for it (none
 // yet: the ramdisk asks again). The node's own inventory is ingested by

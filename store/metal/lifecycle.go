@@ -13,6 +13,7 @@ import (
 	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/nodes"
+	"github.com/better-compute/better-compute/store/workflows"
 )
 
 // Deadlines bound each in-flight state; a state missing takes
@@ -290,6 +291,9 @@ type Finish struct {
 	// State, when set, is where the workflow ends it; else the target
 	// fixed when it began.
 	State nodestate.ProvisionState
+	// WorkflowState ends the operation's provisioning workflow, if it has
+	// one: "" succeeded, provisioning.WorkflowAborted after a safe abort.
+	WorkflowState string
 }
 
 // FinishOperation ends operation opSeq (fenced) in its target state,
@@ -297,6 +301,11 @@ type Finish struct {
 // identities.
 func FinishOperation(ctx context.Context, tx store.Tx, t nodes.Types, f Finish) error {
 	o, err := fence(ctx, tx, f.NodeID, f.OpSeq)
+	if err != nil {
+		return err
+	}
+	wf, err := workflows.EndForOperation(ctx, tx, workflows.End{NodeID: f.NodeID, OpSeq: f.OpSeq, State: f.WorkflowState,
+		Message: f.Message, Reason: coremetal.ReasonAborted})
 	if err != nil {
 		return err
 	}
@@ -317,6 +326,9 @@ func FinishOperation(ctx context.Context, tx store.Tx, t nodes.Types, f Finish) 
 		}
 	}
 	details := map[string]any{"operation": string(o.Operation), "opSeq": f.OpSeq}
+	if wf != "" {
+		details["workflowId"] = wf
+	}
 	msg := f.Message
 	if msg == "" {
 		msg = string(o.Operation) + " finished"
@@ -341,6 +353,10 @@ type Failure struct {
 	Reason, Code, Step, Message string
 	// Power, when set, is the power read back.
 	Power nodestate.Power
+	// WorkflowState ends the operation's provisioning workflow, if it has
+	// one: "" failed at its step, provisioning.WorkflowAborted after an
+	// abort.
+	WorkflowState string
 }
 
 // FailOperation ends operation opSeq (fenced) in failed, with the failure
@@ -354,8 +370,13 @@ func FailOperation(ctx context.Context, tx store.Tx, t nodes.Types, f Failure) e
 	if step == "" {
 		step = o.Step
 	}
+	wf, err := workflows.EndForOperation(ctx, tx, workflows.End{NodeID: f.NodeID, OpSeq: f.OpSeq, Failed: true,
+		State: f.WorkflowState, Message: f.Message, Reason: f.Reason})
+	if err != nil {
+		return err
+	}
 	e := LastError{Operation: string(o.Operation), Origin: string(o.Origin), Step: step, Code: f.Code, Reason: f.Reason,
-		Message: f.Message, At: time.Now().UnixMilli()}
+		Message: f.Message, At: time.Now().UnixMilli(), WorkflowID: wf}
 	if o.Operation == coremetal.Recover {
 		e.RecoverTo = string(o.Target)
 	}
@@ -373,6 +394,9 @@ func FailOperation(ctx context.Context, tx store.Tx, t nodes.Types, f Failure) e
 		}
 	}
 	details := map[string]any{"operation": string(o.Operation), "opSeq": f.OpSeq, "step": step, "reason": f.Reason, "code": f.Code}
+	if wf != "" {
+		details["workflowId"] = wf
+	}
 	msg := string(o.Operation) + " failed (" + f.Reason + "): " + f.Message
 	if err := nodes.AddEvent(ctx, tx, f.NodeID, EventOperationFailed, msg, details); err != nil {
 		return err

@@ -81,6 +81,9 @@ type LastError struct {
 	// RecoverTo is the target of a failed recover (recovering again goes
 	// there).
 	RecoverTo string `json:"recoverTo,omitempty"`
+	// WorkflowID is the provisioning workflow the operation ran, failed
+	// with it (workflows.retry resumes only that one).
+	WorkflowID string `json:"workflowId,omitempty"`
 }
 
 // Lifecycle is the node's bare-metal lifecycle as the API answers it.
