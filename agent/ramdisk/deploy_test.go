@@ -507,7 +507,11 @@ func checkSeed(t *testing.T, path, kind string, seed protocol.RamdiskSeed, join 
 		t.Errorf("label = %q", got)
 	}
 	for name, want := range map[string]string{"/meta-data": seed.MetaData, "/user-data": seed.UserData, "/network-config": seed.NetworkConfig} {
-		if got, err := fs.ReadFile(name); err != nil || string(got) != want {
+		got, err := fs.ReadFile(name)
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("%s was written (%q); the seed has none", name, got)
+		case want != "" && (err != nil || string(got) != want):
 			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
 		}
 	}
