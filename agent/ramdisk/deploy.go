@@ -488,7 +488,7 @@ func execStep(ctx context.Context, args map[string]string) (string, error) {
 	err := cmd.Run()
 	msg := strings.TrimSpace(out.String())
 	switch {
-	case ctx.Err() == context.DeadlineExceeded:
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return "", fmt.Errorf("exec %s: timed out after %s: %s", argv[0], timeout, msg)
 	case err != nil:
 		return "", fmt.Errorf("exec %s: %w: %s", argv[0], err, msg)
