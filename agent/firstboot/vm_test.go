@@ -1,0 +1,193 @@
+package firstboot_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/agent/ramdisk/image/imagetest"
+	coreinv "github.com/better-compute/better-compute/core/inventory"
+	"github.com/better-compute/better-compute/drivers"
+	"github.com/better-compute/better-compute/drivers/machines"
+	"github.com/better-compute/better-compute/drivers/machines/qemu"
+	"github.com/better-compute/better-compute/internal/testutil"
+)
+
+// recorder is the host's side of a VM's first boot: it keeps what reached
+// each path and refuses it, so the guest's agent stops there.
+type recorder struct {
+	mu    sync.Mutex
+	calls map[string][][]byte
+	first map[string]time.Time
+}
+
+func newRecorder() *recorder {
+	return &recorder{calls: map[string][][]byte{}, first: map[string]time.Time{}}
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(req.Body)
+	r.mu.Lock()
+	if _, ok := r.first[req.URL.Path]; !ok {
+		r.first[req.URL.Path] = time.Now()
+	}
+	r.calls[req.URL.Path] = append(r.calls[req.URL.Path], buf.Bytes())
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = w.Write([]byte(`{"error":{"code":"ACCESS_DENIED","message":"recorded"}}`))
+}
+
+func (r *recorder) got(path string) ([]byte, time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.calls[path]) == 0 {
+		return nil, time.Time{}, false
+	}
+	return r.calls[path][0], r.first[path], true
+}
+
+// consoleMarks records when each line first shows on a machine's console.
+type consoleMarks struct {
+	console *machines.Ring
+	seen    map[string]time.Time
+}
+
+func (c *consoleMarks) check(lines ...string) {
+	log := c.console.Bytes()
+	for _, l := range lines {
+		if _, ok := c.seen[l]; !ok && bytes.Contains(log, []byte(l)) {
+			c.seen[l] = time.Now()
+		}
+	}
+}
+
+// TestDiskBootsFindsItsSeedAndJoins boots the test disk in a QEMU TCG
+// machine from its virtual disk, with a seed partition after the image
+// whose SeedJoin names a server on the host (10.0.2.2 from the guest):
+// the disk's /init finds the seed and bcd posts the join with the boot's
+// token and an inventory of the machine's hardware. Then the machine,
+// asked to boot its CD, boots the ramdisk there and not its disk.
+func TestDiskBootsFindsItsSeedAndJoins(t *testing.T) {
+	dir := t.TempDir()
+	disk := imagetest.Disk(t, dir)
+	rec := newRecorder()
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	apiURL := "http://10.0.2.2:" + port
+
+	info := machines.Info{UUID: "5b1e3c0a-7d2f-4e8b-9a61-0c4d2e7f8a19", SerialNumber: "DISK-SERIAL-1",
+		Manufacturer: "Better Compute", Model: "TestDisk VM", MAC: "52:54:00:d1:5c:01", CPUs: 1, MemoryMiB: 512}
+	m, err := qemu.New(qemu.Config{Info: info, Dir: dir + "/vm", DiskMiB: 128, CDMode: qemu.ModeDirect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	join := protocol.SeedJoin{APIURL: apiURL, Token: protocol.BootTokenPrefix + "disk-boot-token", NodeID: "node_disk1"}
+	joinJSON, err := json.Marshal(join)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imagetest.WriteSeed(t, m.DiskPath(), disk.Image, map[string][]byte{
+		protocol.SeedJoinFile: joinJSON,
+		"meta-data":           []byte("instance-id: wf_disk1\nlocal-hostname: disk-one\n"),
+	})
+
+	ctx := context.Background()
+	if err := m.SetBootOverride(ctx, drivers.BootDisk, false); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := m.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		firstLine = "bcd-init: loading modules"
+		bcdStart  = "starting bcd node firstboot"
+	)
+	marks := &consoleMarks{console: m.Console(), seen: map[string]time.Time{}}
+	var body []byte
+	var joinedAt time.Time
+	testutil.EventuallyNil(t, 60*time.Second, func() error {
+		marks.check(firstLine, bcdStart)
+		b, at, ok := rec.got(protocol.JoinPath)
+		if !ok {
+			return &waiting{what: "the join request", console: m.SerialLog()}
+		}
+		body, joinedAt = b, at
+		return nil
+	})
+	marks.check(firstLine, bcdStart)
+	t.Logf("disk boot under TCG: power on → init's first line %s, → bcd started %s, → join request %s",
+		since(start, marks.seen[firstLine]), since(start, marks.seen[bcdStart]), joinedAt.Sub(start).Round(10*time.Millisecond))
+
+	var req protocol.JoinRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatalf("join body %q: %v", body, err)
+	}
+	if req.Token != join.Token {
+		t.Errorf("join token %q, want the seed's", req.Token)
+	}
+	if req.Name != "disk-one" {
+		t.Errorf("join name %q, want meta-data's local-hostname", req.Name)
+	}
+	if !strings.Contains(req.CSR, "CERTIFICATE REQUEST") {
+		t.Errorf("join CSR %q", req.CSR)
+	}
+	var inv coreinv.NodeInventory
+	if err := json.Unmarshal(req.Inventory, &inv); err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.Validate(); err != nil {
+		t.Errorf("inventory: %v", err)
+	}
+	if inv.System.ProductUUID != info.UUID || inv.System.SerialNumber != info.SerialNumber {
+		t.Errorf("inventory's DMI identity %q/%q, want the machine's %q/%q", inv.System.ProductUUID, inv.System.SerialNumber, info.UUID, info.SerialNumber)
+	}
+	var macs []string
+	for _, n := range inv.NICs {
+		macs = append(macs, n.MAC)
+	}
+	if !strings.Contains(strings.Join(macs, " "), info.MAC) {
+		t.Errorf("inventory's NICs %v lack the machine's %s", macs, info.MAC)
+	}
+	var disks []string
+	for _, d := range inv.Disks {
+		disks = append(disks, d.Name)
+		if d.Name == "vda" && d.SizeBytes != 128<<20 {
+			t.Errorf("disk vda is %d bytes, want 128 MiB", d.SizeBytes)
+		}
+	}
+	if !strings.Contains(strings.Join(disks, " "), "vda") {
+		t.Errorf("inventory's disks %v lack vda", disks)
+	}
+}
+
+func since(start, at time.Time) string {
+	if at.IsZero() {
+		return "(not seen)"
+	}
+	return at.Sub(start).Round(10 * time.Millisecond).String()
+}
+
+type waiting struct {
+	what    string
+	console []byte
+}
+
+func (w *waiting) Error() string {
+	c := string(w.console)
+	if len(c) > 3000 {
+		c = c[len(c)-3000:]
+	}
+	return "still waiting for " + w.what + "; console:\n" + c
+}
