@@ -50,6 +50,12 @@ func DiskModules() []string {
 	return []string{"vfat", "nls_cp437", "nls_ascii", "nls_utf8", "nls_iso8859_1"}
 }
 
+// MinDiskMiB is the smallest image (and seed partition): go-diskfs writes
+// FAT32 with one 512-byte sector a cluster, and syslinux, mtools and the
+// specification call a FAT with fewer than 65525 clusters FAT12/16
+// whatever its boot sector says.
+const MinDiskMiB = 40
+
 // DiskOptions configures BuildDisk.
 type DiskOptions struct {
 	// Options are the initramfs's (KernelDir, BCD, Busybox, Modules) and
@@ -120,12 +126,10 @@ func BuildDisk(ctx context.Context, o DiskOptions) (*Disk, error) {
 	}
 	size := int64(o.SizeMiB) << 20
 	if size == 0 {
-		// FAT32's tables, syslinux's files and slack: a quarter more,
-		// and at least 33 MiB, the smallest FAT32 with 512-byte clusters
-		// that every tool agrees on.
-		size = max((payload+payload/4+(4<<20)+(1<<20)-1)>>20<<20, 33<<20)
+		// FAT32's tables, syslinux's files and slack: a quarter more.
+		size = max((payload+payload/4+(4<<20)+(1<<20)-1)>>20<<20, MinDiskMiB<<20)
 	}
-	if size < payload+(2<<20) {
+	if size < MinDiskMiB<<20 || size < payload+(2<<20) {
 		return nil, fmt.Errorf("image: %d MiB cannot hold the kernel and initramfs (%d bytes)", size>>20, payload)
 	}
 

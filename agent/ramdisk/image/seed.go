@@ -21,7 +21,7 @@ import (
 // protocol.SeedLabel (an empty disk, or one no deploy wrote a seed to).
 var ErrNoSeed = errors.New("image: the disk holds no " + protocol.SeedLabel + " seed partition")
 
-// AddSeedPartition adds a FAT32 partition of sizeMiB labelled
+// AddSeedPartition adds a FAT32 partition of sizeMiB (at least MinDiskMiB) labelled
 // protocol.SeedLabel after the last partition of the MBR disk image file
 // diskFile (1 MiB aligned), holding files (slash-separated paths relative
 // to its root). The rest of the disk is left as it is.
@@ -52,6 +52,9 @@ func AddSeedPartition(diskFile string, sizeMiB int, files map[string][]byte) err
 	}
 	if slot < 0 {
 		return fmt.Errorf("image: %s has four partitions already", diskFile)
+	}
+	if sizeMiB < MinDiskMiB {
+		return fmt.Errorf("image: a seed partition of %d MiB is smaller than FAT32's %d", sizeMiB, MinDiskMiB)
 	}
 	start := (end + diskPartitionStart - 1) / diskPartitionStart * diskPartitionStart
 	sectors := uint64(sizeMiB) << 20 / sectorSize

@@ -112,9 +112,8 @@ func Disk(t testing.TB, dir string) *image.Disk {
 	return d
 }
 
-// SeedMiB is the size of the seed partition WriteSeed adds: at least
-// 33 MiB, so that its FAT32 has the clusters every reader expects of one.
-const SeedMiB = 40
+// SeedMiB is the size of the seed partition WriteSeed adds.
+const SeedMiB = image.MinDiskMiB
 
 // WriteSeed writes the test disk's image at the start of the machine's
 // disk file (a raw image bigger than it) and adds, after the image's
