@@ -2,108 +2,22 @@ package firstboot_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/better-compute/better-compute/agent/firstboot"
+	"github.com/better-compute/better-compute/agent/firstboot/firstboottest"
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	coreinv "github.com/better-compute/better-compute/core/inventory"
 )
-
-// joinAPI is an httptest join endpoint with a real CA: it signs the CSR
-// it is sent, after answering fail (a status and body) that many times.
-type joinAPI struct {
-	t      *testing.T
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	caPEM  string
-	mu     sync.Mutex
-	joins  []protocol.JoinRequest
-	fail   int
-	status int
-	body   string
-}
-
-func newJoinAPI(t *testing.T) *joinAPI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "node CA"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &joinAPI{t: t, ca: ca, caKey: key, caPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
-}
-
-func (a *joinAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != protocol.JoinPath {
-		http.NotFound(w, r)
-		return
-	}
-	var req protocol.JoinRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	a.mu.Lock()
-	a.joins = append(a.joins, req)
-	fail := a.fail > 0
-	if fail {
-		a.fail--
-	}
-	a.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	if fail {
-		w.WriteHeader(a.status)
-		_, _ = w.Write([]byte(a.body))
-		return
-	}
-	block, _ := pem.Decode([]byte(req.CSR))
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: csr.Subject, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.ca, csr.PublicKey, a.caKey)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	_ = json.NewEncoder(w).Encode(protocol.JoinResult{NodeID: "node_fb1", AgentEndpoint: "https://joined.example:8444",
-		Certificate: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), CACertificate: a.caPEM})
-}
-
-func (a *joinAPI) requests() []protocol.JoinRequest {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]protocol.JoinRequest(nil), a.joins...)
-}
 
 func machineInventory() *coreinv.NodeInventory {
 	return &coreinv.NodeInventory{Kind: coreinv.Kind, Version: coreinv.Version, AgentVersion: "bcd/test",
@@ -156,8 +70,8 @@ func TestReadSeed(t *testing.T) {
 }
 
 func TestRunJoinsWithTheSeedsTokenThenRunsTheSessionAgainstTheSeedsEndpoint(t *testing.T) {
-	api := newJoinAPI(t)
-	api.fail, api.status, api.body = 2, http.StatusServiceUnavailable, `{"error":{"code":"UNAVAILABLE","message":"restarting"}}`
+	api := firstboottest.New(t, "node_fb1", "https://joined.example:8444")
+	api.FailNext(2, http.StatusServiceUnavailable, `{"error":{"code":"UNAVAILABLE","message":"restarting"}}`)
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	seed := firstboot.Seed{Hostname: "web-1", Join: protocol.SeedJoin{APIURL: srv.URL, Token: protocol.BootTokenPrefix + "deploy",
@@ -173,7 +87,7 @@ func TestRunJoinsWithTheSeedsTokenThenRunsTheSessionAgainstTheSeedsEndpoint(t *t
 	if err := firstboot.Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
-	reqs := api.requests()
+	reqs := api.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("%d join requests, want two refused by 503 and one that joined", len(reqs))
 	}
@@ -198,7 +112,7 @@ func TestRunJoinsWithTheSeedsTokenThenRunsTheSessionAgainstTheSeedsEndpoint(t *t
 	if err := firstboot.Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(api.requests()); n != 3 {
+	if n := len(api.Requests()); n != 3 {
 		t.Errorf("the restart sent %d more joins", n-3)
 	}
 	if len(sessions) != 2 || sessions[1].AgentEndpoint != "https://joined.example:8444" {
@@ -207,8 +121,8 @@ func TestRunJoinsWithTheSeedsTokenThenRunsTheSessionAgainstTheSeedsEndpoint(t *t
 }
 
 func TestRunStopsOnARefusedToken(t *testing.T) {
-	api := newJoinAPI(t)
-	api.fail, api.status, api.body = 5, http.StatusForbidden, `{"error":{"code":"ACCESS_DENIED","message":"token spent"}}`
+	api := firstboottest.New(t, "node_fb1", "")
+	api.FailNext(5, http.StatusForbidden, `{"error":{"code":"ACCESS_DENIED","message":"token spent"}}`)
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	ran := false
@@ -222,13 +136,13 @@ func TestRunStopsOnARefusedToken(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != core.CodeAccessDenied {
 		t.Fatalf("err %v, want ACCESS_DENIED", err)
 	}
-	if n := len(api.requests()); n != 1 || ran {
+	if n := len(api.Requests()); n != 1 || ran {
 		t.Errorf("%d joins and session %v after a refusal, want one and none", n, ran)
 	}
 }
 
 func TestRunRefusesAnIdentityOfAnotherNode(t *testing.T) {
-	api := newJoinAPI(t)
+	api := firstboottest.New(t, "node_fb1", "")
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	err := firstboot.Run(context.Background(), firstboot.Options{
