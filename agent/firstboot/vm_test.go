@@ -75,7 +75,8 @@ func (c *consoleMarks) check(lines ...string) {
 // whose SeedJoin names a server on the host (10.0.2.2 from the guest):
 // the disk's /init finds the seed and bcd posts the join with the boot's
 // token and an inventory of the machine's hardware. Then the machine,
-// asked to boot its CD, boots the ramdisk there and not its disk.
+// asked to boot its CD, boots the ramdisk there and not its disk. It also
+// logs the disk boot's timings.
 func TestDiskBootsFindsItsSeedAndJoins(t *testing.T) {
 	dir := t.TempDir()
 	disk := imagetest.Disk(t, dir)
@@ -111,6 +112,8 @@ func TestDiskBootsFindsItsSeedAndJoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	const (
+		biosDisk  = "Booting from Hard Disk"
+		syslinux  = "SYSLINUX 6"
 		firstLine = "bcd-init: loading modules"
 		bcdStart  = "starting bcd node firstboot"
 	)
@@ -118,7 +121,7 @@ func TestDiskBootsFindsItsSeedAndJoins(t *testing.T) {
 	var body []byte
 	var joinedAt time.Time
 	testutil.EventuallyNil(t, 60*time.Second, func() error {
-		marks.check(firstLine, bcdStart)
+		marks.check(biosDisk, syslinux, firstLine, bcdStart)
 		b, at, ok := rec.got(protocol.JoinPath)
 		if !ok {
 			return &waiting{what: "the join request", console: m.SerialLog()}
@@ -126,9 +129,10 @@ func TestDiskBootsFindsItsSeedAndJoins(t *testing.T) {
 		body, joinedAt = b, at
 		return nil
 	})
-	marks.check(firstLine, bcdStart)
-	t.Logf("disk boot under TCG: power on → init's first line %s, → bcd started %s, → join request %s",
-		since(start, marks.seen[firstLine]), since(start, marks.seen[bcdStart]), joinedAt.Sub(start).Round(10*time.Millisecond))
+	marks.check(biosDisk, syslinux, firstLine, bcdStart)
+	t.Logf("disk boot under TCG: power on → SeaBIOS boots the disk %s, → syslinux %s, → init's first line %s, → bcd started %s, → join request %s",
+		since(start, marks.seen[biosDisk]), since(start, marks.seen[syslinux]), since(start, marks.seen[firstLine]),
+		since(start, marks.seen[bcdStart]), joinedAt.Sub(start).Round(10*time.Millisecond))
 
 	var req protocol.JoinRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -170,6 +174,32 @@ func TestDiskBootsFindsItsSeedAndJoins(t *testing.T) {
 	if !strings.Contains(strings.Join(disks, " "), "vda") {
 		t.Errorf("inventory's disks %v lack vda", disks)
 	}
+
+	// After the deploy, a ramdisk boot (a re-inspection, a re-deploy)
+	// still boots the CD when asked, not the disk.
+	iso := imagetest.ISO(t, imagetest.Base(t, dir), protocol.RamdiskBootConfig{APIURL: apiURL, Token: protocol.BootTokenPrefix + "ramdisk-boot", Purpose: "inspect"}, dir)
+	if err := m.InsertMedia(ctx, machines.Media{Kind: machines.MediaCD, Path: iso}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetBootOverride(ctx, drivers.BootCD, false); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := m.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyNil(t, 60*time.Second, func() error {
+		if _, _, ok := rec.got(protocol.RamdiskReportPath); !ok {
+			return &waiting{what: "the ramdisk's report", console: m.SerialLog()}
+		}
+		return nil
+	})
+	b, at, _ := rec.got(protocol.RamdiskReportPath)
+	var report protocol.RamdiskReport
+	if err := json.Unmarshal(b, &report); err != nil || report.Token != protocol.BootTokenPrefix+"ramdisk-boot" {
+		t.Errorf("report %s: %v", b, err)
+	}
+	t.Logf("CD boot after the disk: reset → ramdisk report %s", at.Sub(start).Round(10*time.Millisecond))
 }
 
 func since(start, at time.Time) string {
