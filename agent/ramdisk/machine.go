@@ -74,9 +74,26 @@ func (h Host) WipeDisks(ctx context.Context, disks []coreinv.Disk) (string, erro
 // PowerOff syncs the disks and powers the machine off.
 func (Host) PowerOff(context.Context) error { return powerOff() }
 
+// OpenDisk opens the block device of d (/dev/<name>) for reading and
+// writing, exclusively.
+func (h Host) OpenDisk(_ context.Context, d coreinv.Disk) (Disk, error) {
+	if d.Name == "" || strings.ContainsAny(d.Name, "/.") {
+		return nil, fmt.Errorf("open disk: invalid name %q", d.Name)
+	}
+	disk, err := openBlockDisk(joinDev(firstNonEmpty(h.Dev, "/dev"), d.Name))
+	if err != nil {
+		return nil, fmt.Errorf("open disk %s: %w", d.Name, err)
+	}
+	return disk, nil
+}
+
+// Reboot syncs the disks and restarts the machine (the firmware then boots
+// what its boot device says, the disk after a deploy).
+func (Host) Reboot(context.Context) error { return reboot() }
+
 // Simulated is a machine without hardware, for the simulated machines'
-// boot hook: its inventory is a file's, wiping touches nothing, and power
-// off calls OnPowerOff.
+// boot hook: its inventory is a file's, wiping touches nothing, its disks
+// are files, power off calls OnPowerOff and reboot OnReboot.
 type Simulated struct {
 	// InventoryFile holds a NodeInventory v1 document; Document, when
 	// set, is used instead.
@@ -85,6 +102,17 @@ type Simulated struct {
 	// OnPowerOff runs when the machine is told to power off; nil does
 	// nothing.
 	OnPowerOff func()
+	// DiskFiles maps a disk's name in the inventory (e.g. "nvme0n1") to the
+	// file that holds its bytes (the simulated machine's disk, of the
+	// disk's size); write-image and write-seed write there. A disk not in
+	// the map cannot be opened.
+	DiskFiles map[string]string
+	// DiskBytesPerSecond, when positive, is how fast the disk files are
+	// written, so a test can act while an image is being written.
+	DiskBytesPerSecond int64
+	// OnReboot runs when the machine is told to reboot (the simulated
+	// machine then boots from its disk); nil does nothing.
+	OnReboot func()
 
 	mu    sync.Mutex
 	wiped []string
@@ -141,6 +169,27 @@ func (s *Simulated) Wiped() []string {
 func (s *Simulated) PowerOff(context.Context) error {
 	if s.OnPowerOff != nil {
 		s.OnPowerOff()
+	}
+	return nil
+}
+
+// OpenDisk opens the file DiskFiles names for d.
+func (s *Simulated) OpenDisk(_ context.Context, d coreinv.Disk) (Disk, error) {
+	p, ok := s.DiskFiles[d.Name]
+	if !ok {
+		return nil, fmt.Errorf("open disk %s: the simulated machine has no file for it", d.Name)
+	}
+	disk, err := openFileDisk(p, s.DiskBytesPerSecond)
+	if err != nil {
+		return nil, fmt.Errorf("open disk %s: %w", d.Name, err)
+	}
+	return disk, nil
+}
+
+// Reboot calls OnReboot.
+func (s *Simulated) Reboot(context.Context) error {
+	if s.OnReboot != nil {
+		s.OnReboot()
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package ramdisk is `bcd ramdisk`, the agent of a machine booted into the
 // ramdisk: it reports the machine's inventory to the control plane with its
 // boot token, runs the steps it is answered (wipe the disks, power off,
-// wait) and reports each step's result.
+// wait, and a deploy's write-image, write-seed, exec and reboot) and
+// reports each step's result.
 //
 // The conversation: POST the report (or, with a site's discovery token, the
 // discover body) and get RamdiskInstructions; run their steps in order,
@@ -41,6 +42,11 @@ type Machine interface {
 	// PowerOff turns the machine off. On a real machine it does not return
 	// when it succeeds.
 	PowerOff(ctx context.Context) error
+	// OpenDisk opens one disk of the inventory for the deploy steps.
+	OpenDisk(ctx context.Context, d coreinv.Disk) (Disk, error)
+	// Reboot restarts the machine. On a real machine it does not return
+	// when it succeeds.
+	Reboot(ctx context.Context) error
 }
 
 // ErrUnauthorized is returned when the API refuses the token (401 or 403):
@@ -66,8 +72,16 @@ type Agent struct {
 	// network or the API is not there yet; zero means 250 ms and 5 s.
 	RetryMin, RetryMax time.Duration
 	// WaitInterval is the wait step's default re-report period; zero
-	// means DefaultWaitInterval.
+	// means DefaultWaitInterval. An answer's PollMs overrides it.
 	WaitInterval time.Duration
+
+	// nodeID is the node the reports are for, as the API answered.
+	nodeID string
+	// pollInterval is the last answer's PollMs (0: none said).
+	pollInterval time.Duration
+	// imageDisk is the disk write-image wrote in this boot, which
+	// write-seed writes to unless told otherwise.
+	imageDisk string
 }
 
 // Run reports, runs the steps, and returns once the machine powered off
@@ -88,6 +102,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.log().Info("reported", "nodeId", instr.NodeID, "steps", stepNames(instr.Steps))
+	a.nodeID = instr.NodeID
+	a.heard(instr)
 	queue := instr.Steps
 	for {
 		if len(queue) == 0 {
@@ -114,6 +130,26 @@ func (a *Agent) Run(ctx context.Context) error {
 				return fmt.Errorf("ramdisk: power off: %w", err)
 			}
 			return nil
+		case protocol.StepReboot:
+			res = result(step.Name, start, "rebooting", nil)
+			// As for power-off: nothing is sent once the machine restarts.
+			if _, err := a.sendResult(ctx, res); err != nil {
+				return err
+			}
+			a.log().Info("rebooting")
+			if err := a.Machine.Reboot(ctx); err != nil {
+				return fmt.Errorf("ramdisk: reboot: %w", err)
+			}
+			return nil
+		case protocol.StepWriteImage:
+			msg, err := a.writeImage(ctx, inv, step.Args)
+			res = result(step.Name, start, msg, err)
+		case protocol.StepWriteSeed:
+			msg, err := a.writeSeed(ctx, inv, step.Args)
+			res = result(step.Name, start, msg, err)
+		case protocol.StepExec:
+			msg, err := execStep(ctx, step.Args)
+			res = result(step.Name, start, msg, err)
 		case protocol.StepWait:
 			var err error
 			next, err = a.wait(ctx, inv, step)
@@ -129,10 +165,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		} else {
 			a.log().Error("step failed", "name", res.Name, "durationMs", res.DurationMs, "message", res.Message)
 		}
+		if ctx.Err() != nil {
+			// The step ended because the ramdisk is stopping.
+			return fmt.Errorf("ramdisk: %s: %w", step.Name, ctx.Err())
+		}
 		answer, err := a.sendResult(ctx, res)
 		if err != nil {
 			return err
 		}
+		a.heard(answer)
 		switch {
 		case len(answer.Steps) > 0:
 			queue = answer.Steps
@@ -152,18 +193,34 @@ func result(name string, start time.Time, msg string, err error) protocol.Ramdis
 	return r
 }
 
+// heard notes what an answer says about the conversation itself.
+func (a *Agent) heard(in protocol.RamdiskInstructions) {
+	if in.PollMs > 0 {
+		a.pollInterval = time.Duration(in.PollMs) * time.Millisecond
+	}
+}
+
+// waitInterval is how long the wait step sleeps between reports: the
+// step's own interval, else the last answer's PollMs, else WaitInterval.
+func (a *Agent) waitInterval(step protocol.RamdiskStep) time.Duration {
+	if s, ok := step.Args["interval"]; ok {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			return time.Duration(n) * time.Second
+		}
+	}
+	if a.pollInterval > 0 {
+		return a.pollInterval
+	}
+	if a.WaitInterval > 0 {
+		return a.WaitInterval
+	}
+	return DefaultWaitInterval
+}
+
 // wait re-reports every interval until an answer holds steps other than
 // another wait, and returns them.
 func (a *Agent) wait(ctx context.Context, inv *coreinv.NodeInventory, step protocol.RamdiskStep) ([]protocol.RamdiskStep, error) {
-	interval := a.WaitInterval
-	if interval <= 0 {
-		interval = DefaultWaitInterval
-	}
-	if s, ok := step.Args["interval"]; ok {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			interval = time.Duration(n) * time.Second
-		}
-	}
+	interval := a.waitInterval(step)
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -176,6 +233,8 @@ func (a *Agent) wait(ctx context.Context, inv *coreinv.NodeInventory, step proto
 		if err != nil {
 			return nil, err
 		}
+		a.heard(instr)
+		interval = a.waitInterval(step)
 		if len(instr.Steps) > 0 && !(len(instr.Steps) == 1 && instr.Steps[0].Name == protocol.StepWait) {
 			return instr.Steps, nil
 		}
@@ -220,13 +279,7 @@ func (a *Agent) post(ctx context.Context, path string, body, out any) error {
 	if client == nil {
 		client = &http.Client{Timeout: 30 * time.Second}
 	}
-	minD, maxD := a.RetryMin, a.RetryMax
-	if minD <= 0 {
-		minD = 250 * time.Millisecond
-	}
-	if maxD < minD {
-		maxD = max(5*time.Second, minD)
-	}
+	minD, maxD := a.backoff()
 	delay := minD
 	for try := 1; ; try++ {
 		retry, err := a.postOnce(ctx, client, url, payload, out)
@@ -251,6 +304,18 @@ func (a *Agent) post(ctx context.Context, path string, body, out any) error {
 	}
 }
 
+// backoff is the range of the delays between tries.
+func (a *Agent) backoff() (minD, maxD time.Duration) {
+	minD, maxD = a.RetryMin, a.RetryMax
+	if minD <= 0 {
+		minD = 250 * time.Millisecond
+	}
+	if maxD < minD {
+		maxD = max(5*time.Second, minD)
+	}
+	return minD, maxD
+}
+
 func (a *Agent) postOnce(ctx context.Context, client *http.Client, url string, payload []byte, out any) (retry bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
 	if err != nil {
@@ -272,7 +337,7 @@ func (a *Agent) postOnce(ctx context.Context, client *http.Client, url string, p
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return true, fmt.Errorf("%s: %s", resp.Status, snippet(b))
 	case resp.StatusCode >= 300:
-		return false, fmt.Errorf("%s: %s", resp.Status, snippet(b))
+		return false, fmt.Errorf("%s: %s", resp.Status, apiMessage(b))
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return false, nil
@@ -281,6 +346,21 @@ func (a *Agent) postOnce(ctx context.Context, client *http.Client, url string, p
 		return false, fmt.Errorf("decode answer: %w", err)
 	}
 	return false, nil
+}
+
+// apiMessage is an API error body's code and message ("NOT_FOUND: the
+// secret … is gone"), else the body's start.
+func apiMessage(b []byte) string {
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error.Code != "" {
+		return e.Error.Code + ": " + e.Error.Message
+	}
+	return snippet(b)
 }
 
 func snippet(b []byte) string {

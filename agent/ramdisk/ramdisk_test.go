@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,7 +29,7 @@ type call struct {
 // fakeAPI answers the ramdisk endpoints from a script: answer is called
 // with every request (numbered from 0) and returns the status and the body.
 type fakeAPI struct {
-	t      *testing.T
+	t      testing.TB
 	answer func(n int, path string, body map[string]json.RawMessage) (int, any)
 
 	mu    sync.Mutex
@@ -117,10 +118,11 @@ func agent(t *testing.T, url, token string, m ramdisk.Machine) *ramdisk.Agent {
 		BootMAC:  "52:54:00:12:34:56",
 		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
 		WaitInterval: time.Millisecond,
+		Log:          slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
 }
 
-func results(t *testing.T, c call) []protocol.RamdiskStepResult {
+func results(t testing.TB, c call) []protocol.RamdiskStepResult {
 	t.Helper()
 	var r []protocol.RamdiskStepResult
 	if err := json.Unmarshal(c.Body["results"], &r); err != nil {

@@ -80,7 +80,9 @@ func vmPieces(t *testing.T, cfg protocol.RamdiskBootConfig) (iso string) {
 }
 
 // vmAPI is the control plane as a booted ramdisk sees it: it checks the
-// report against the VM's hardware and answers wipe-disks then power-off.
+// report against the VM's hardware and answers wipe-disks then power-off,
+// or, with an image, wipe-disks, then (once the test read the wiped disk)
+// write-image, write-seed and power-off, serving the image and the seed.
 type vmAPI struct {
 	t     *testing.T
 	token string
@@ -90,6 +92,16 @@ type vmAPI struct {
 	reportAt  time.Duration
 	inventory *coreinv.NodeInventory
 	results   []protocol.RamdiskStepResult
+	// image, imageURL (the guest's view of /image) and seed make the
+	// boot a deploy; disk is the VM's disk file, and wiped what it held
+	// when the wipe's result came.
+	image    []byte
+	imageURL string
+	seed     protocol.RamdiskSeed
+	disk     string
+	wiped    []byte
+	wipedAt  time.Duration
+	deployAt time.Duration
 }
 
 func (a *vmAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -110,9 +122,11 @@ func (a *vmAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			a.reportAt = time.Since(a.start)
 		}
 		a.inventory = &inv
-		_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node-vm", Steps: []protocol.RamdiskStep{
-			{Name: protocol.StepWipeDisks}, {Name: protocol.StepPowerOff},
-		}})
+		steps := []protocol.RamdiskStep{{Name: protocol.StepWipeDisks}, {Name: protocol.StepPowerOff}}
+		if a.image != nil {
+			steps = steps[:1]
+		}
+		_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node-vm", Steps: steps})
 	case protocol.RamdiskResultPath:
 		var res protocol.RamdiskResult
 		if err := json.NewDecoder(r.Body).Decode(&res); err != nil || res.Token != a.token {
@@ -120,7 +134,33 @@ func (a *vmAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		a.results = append(a.results, res.Results...)
-		_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node-vm", Steps: []protocol.RamdiskStep{}})
+		next := []protocol.RamdiskStep{}
+		if a.image != nil && len(res.Results) == 1 && res.Results[0].Name == protocol.StepWipeDisks {
+			// The guest synced the wipe: the disk file shows it now.
+			b, err := os.ReadFile(a.disk)
+			if err != nil {
+				a.t.Errorf("read the wiped disk: %v", err)
+			}
+			a.wiped, a.wipedAt = b, time.Since(a.start)
+			next = []protocol.RamdiskStep{writeImageStep(a.imageURL, a.image), {Name: protocol.StepWriteSeed}, {Name: protocol.StepPowerOff}}
+		}
+		if len(res.Results) == 1 && res.Results[0].Name == protocol.StepWriteImage {
+			a.deployAt = time.Since(a.start)
+		}
+		_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node-vm", Steps: next})
+	case protocol.RamdiskSeedPath:
+		var req protocol.RamdiskSeedRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Token != a.token || a.image == nil {
+			http.Error(w, `{"error":"bad token"}`, http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(a.seed)
+	case "/image":
+		if r.Header.Get("Authorization") != "Bearer "+a.token || a.image == nil {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		http.ServeContent(w, r, "image.raw", time.Time{}, bytes.NewReader(a.image))
 	default:
 		http.NotFound(w, r)
 	}
@@ -193,17 +233,28 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 // TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff boots the ISO's
 // kernel and initramfs in a QEMU machine's direct mode (from its virtual CD),
 // and checks that the ramdisk inside reaches the API on the host, reports the
-// VM's disk and NIC, wipes the disk and powers the VM off.
+// VM's disk and NIC, wipes the disk, then deploys: writes an image to the
+// virtual disk (a Linux block device, BLKRRPART and all) from the host over
+// HTTP and its NoCloud seed after it, and powers the VM off.
 func TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff(t *testing.T) {
 	api := &vmAPI{t: t, token: protocol.BootTokenPrefix + "vm-test-token"}
 	port := serveOnLoopback(t, api)
 	cfg := protocol.RamdiskBootConfig{APIURL: fmt.Sprintf("http://10.0.2.2:%d", port), Token: api.token, BootID: "boot-vm", Purpose: "provide"}
 	iso := vmPieces(t, cfg)
+	// A 16 MiB image: an MBR and a partition from 1 MiB to 12 MiB.
+	image := partitionedImage(t, "mbr", 16*mib, 12*mib)
+	seed := protocol.RamdiskSeed{NodeID: "node-vm", WorkflowID: "wf_vm", MetaData: "instance-id: node-vm\n", UserData: "#cloud-config\n"}
 
 	api.mu.Lock()
 	api.start = time.Now()
+	api.image, api.imageURL, api.seed = image, cfg.APIURL+"/image", seed
 	api.mu.Unlock()
-	m, took := bootMachine(t, iso, qemu.ModeDirect, func(p string) { writeVMDisk(t, p) })
+	m, took := bootMachine(t, iso, qemu.ModeDirect, func(p string) {
+		writeVMDisk(t, p)
+		api.mu.Lock()
+		api.disk = p
+		api.mu.Unlock()
+	})
 	console := string(m.SerialLog())
 	disk := m.DiskPath()
 
@@ -212,7 +263,8 @@ func TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff(t *testing.T) {
 	if api.inventory == nil {
 		t.Fatalf("no report; console:\n%s", console)
 	}
-	t.Logf("boot → report %s, boot → power off (QEMU exit) %s", api.reportAt.Round(time.Millisecond), took.Round(time.Millisecond))
+	t.Logf("boot → report %s, → wiped %s, → image written (%d MiB) %s, → power off (QEMU exit) %s", api.reportAt.Round(time.Millisecond),
+		api.wipedAt.Round(time.Millisecond), len(image)/mib, api.deployAt.Round(time.Millisecond), took.Round(time.Millisecond))
 	inv := api.inventory
 	var vda *coreinv.Disk
 	for i := range inv.Disks {
@@ -232,23 +284,23 @@ func TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff(t *testing.T) {
 	if inv.CPU.LogicalCPUs != 1 || inv.Memory.TotalBytes < 400*mib || inv.Memory.TotalBytes > 512*mib {
 		t.Errorf("cpu %+v, memory %d", inv.CPU, inv.Memory.TotalBytes)
 	}
-	if len(api.results) != 2 || api.results[0].Name != protocol.StepWipeDisks || !api.results[0].OK ||
+	if len(api.results) != 4 || api.results[0].Name != protocol.StepWipeDisks || !api.results[0].OK ||
 		!strings.Contains(api.results[0].Message, "vda") || !strings.Contains(api.results[0].Message, "1 partitions") ||
-		api.results[1].Name != protocol.StepPowerOff {
-		t.Errorf("results = %+v", api.results)
+		!api.results[1].OK || !api.results[2].OK || api.results[3].Name != protocol.StepPowerOff {
+		t.Fatalf("results = %+v; console:\n%s", api.results, console)
 	}
 	if strings.Contains(console, api.token) {
 		t.Error("the boot token is on the console")
 	}
-	for _, want := range []string{"bcd-init: eth0 up (" + vmMAC + ")", "reported", "powering off"} {
+	for _, want := range []string{"bcd-init: eth0 up (" + vmMAC + ")", "reported", "percent=100", "powering off"} {
 		if !strings.Contains(console, want) {
 			t.Errorf("console lacks %q:\n%s", want, console)
 		}
 	}
 
-	b, err := os.ReadFile(disk)
-	if err != nil {
-		t.Fatal(err)
+	b := api.wiped
+	if len(b) != vmDiskSize {
+		t.Fatalf("the disk read after the wipe is %d bytes", len(b))
 	}
 	if !bytes.Equal(b[:mib], make([]byte, mib)) {
 		t.Error("the disk's first MiB (the partition table) is not zero")
@@ -259,6 +311,15 @@ func TestRamdiskInAVMReportsItsHardwareWipesItsDiskAndPowersOff(t *testing.T) {
 			t.Errorf("marker at %d: kept %v, want wiped %v", m.off, kept, m.wiped)
 		}
 	}
+
+	// The image, as the guest wrote it: all of it but the MBR's second
+	// entry, which write-seed filled.
+	after := readPrefix(t, disk, len(image))
+	entry2 := 446 + 16
+	if sha(after[:entry2]) != sha(image[:entry2]) || sha(after[entry2+16:]) != sha(image[entry2+16:]) {
+		t.Error("the disk does not hold the image")
+	}
+	checkSeed(t, disk, "mbr", seed, protocol.SeedJoin{APIURL: cfg.APIURL, Token: api.token, NodeID: "node-vm"})
 }
 
 // TestRamdiskISOBootsThroughSeaBIOS boots the ISO itself (SeaBIOS, El

@@ -22,6 +22,7 @@ func ramdiskCommand() *cobra.Command {
 		config, bootMAC, simulateGPUs, inventoryFile string
 		simulate                                     bool
 		timeout, waitInterval                        time.Duration
+		diskFiles                                    map[string]string
 	)
 	cmd := &cobra.Command{
 		Use:   "ramdisk",
@@ -31,7 +32,7 @@ func ramdiskCommand() *cobra.Command {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("agent", "bcd-ramdisk")
 			err := runRamdisk(cmd.Context(), log, ramdiskFlags{
 				config: config, bootMAC: bootMAC, simulateGPUs: simulateGPUs, inventoryFile: inventoryFile,
-				simulate: simulate, timeout: timeout, waitInterval: waitInterval,
+				simulate: simulate, timeout: timeout, waitInterval: waitInterval, diskFiles: diskFiles,
 			})
 			// As the ramdisk's init, returning would panic the kernel:
 			// say why on the console and power off instead, so the
@@ -51,6 +52,7 @@ func ramdiskCommand() *cobra.Command {
 	f.StringVar(&simulateGPUs, "simulate-gpus", "", "report simulated GPUs, e.g. 8xH100-SXM5-80GB")
 	f.BoolVar(&simulate, "simulate", false, "run on a host for a simulated machine: the inventory comes from --inventory, steps touch nothing, power-off exits")
 	f.StringVar(&inventoryFile, "inventory", "", "NodeInventory v1 file of the simulated machine (with --simulate)")
+	f.StringToStringVar(&diskFiles, "disk-file", nil, "with --simulate: the file holding a disk's bytes, name=path (repeatable), which write-image and write-seed write")
 	f.DurationVar(&timeout, "timeout", 0, "give up after this long (0: never; the control plane's deadline powers the machine off)")
 	f.DurationVar(&waitInterval, "wait-interval", ramdisk.DefaultWaitInterval, "how often the wait step re-reports")
 	return cmd
@@ -60,6 +62,7 @@ type ramdiskFlags struct {
 	config, bootMAC, simulateGPUs, inventoryFile string
 	simulate                                     bool
 	timeout, waitInterval                        time.Duration
+	diskFiles                                    map[string]string
 }
 
 func runRamdisk(ctx context.Context, log *slog.Logger, f ramdiskFlags) error {
@@ -92,7 +95,7 @@ func runRamdisk(ctx context.Context, log *slog.Logger, f ramdiskFlags) error {
 		if f.inventoryFile == "" {
 			return errors.New("--simulate needs --inventory")
 		}
-		a.Machine = &ramdisk.Simulated{InventoryFile: f.inventoryFile}
+		a.Machine = &ramdisk.Simulated{InventoryFile: f.inventoryFile, DiskFiles: f.diskFiles}
 	} else {
 		a.Machine = ramdisk.Host{SimulateGPUs: f.simulateGPUs, AgentVersion: "bcd/" + buildinfo.Get().Version}
 		if a.BootMAC == "" {

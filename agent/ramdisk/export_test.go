@@ -1,0 +1,4 @@
+package ramdisk
+
+// ChooseDisk is chooseDisk, for the tests.
+var ChooseDisk = chooseDisk
