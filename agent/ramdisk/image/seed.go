@@ -90,27 +90,25 @@ func AddSeedPartition(diskFile string, sizeMiB int, files map[string][]byte) err
 	return nil
 }
 
-// SeedFS opens the seed partition of an MBR disk image file (read-only):
-// the partition whose FAT label is protocol.SeedLabel, as an fs.FS.
-// ErrNoSeed when there is none. close releases the file.
+// SeedFS opens the seed partition of a disk image file (read-only): the
+// partition of its MBR or GPT whose FAT label is protocol.SeedLabel, as an
+// fs.FS. ErrNoSeed when there is none. close releases the file.
 func SeedFS(diskFile string) (fsys fs.FS, close func() error, err error) {
 	d, err := diskfs.Open(diskFile, diskfs.WithOpenMode(diskfs.ReadOnly))
 	if err != nil {
 		return nil, nil, fmt.Errorf("image: open %s: %w", diskFile, err)
 	}
-	table, err := mbrTable(d)
+	table, err := d.GetPartitionTable()
 	if err != nil {
+		// No MBR or GPT: an empty disk, or one no image was written to.
 		d.Close()
-		if errors.Is(err, errNoTable) {
-			return nil, nil, ErrNoSeed
-		}
-		return nil, nil, err
+		return nil, nil, ErrNoSeed
 	}
-	for _, p := range table.Partitions {
-		if p.Type == mbr.Empty {
+	for _, p := range table.GetPartitions() {
+		if p.GetSize() == 0 {
 			continue
 		}
-		f, err := d.GetFilesystem(p.Index)
+		f, err := d.GetFilesystem(p.GetIndex())
 		if err != nil {
 			continue
 		}

@@ -47,6 +47,9 @@ type Options struct {
 	RetryMin, RetryMax, WaitInterval time.Duration
 	// Done, when set, is told how each boot's agent ended.
 	Done func(b sim.Boot, err error)
+	// DiskBytesPerSecond, when positive, limits how fast the ramdisk
+	// writes the machine's disk, so a test can act during an image write.
+	DiskBytesPerSecond int64
 	// AgentEndpoint, when set, replaces the seed's agent endpoint on a
 	// disk boot, as APIURL replaces its API URL.
 	AgentEndpoint string
@@ -88,12 +91,22 @@ func run(ctx context.Context, o Options, b sim.Boot) error {
 		cfg.APIURL = o.APIURL
 	}
 	info := b.Machine.Info()
+	inv := inventoryOf(o, b)
+	machine := &ramdisk.Simulated{
+		Document:   inv,
+		OnPowerOff: b.PowerOff,
+		// The guest's reboot: the firmware then boots what the boot
+		// device says (the disk, once a deploy set it).
+		OnReboot:           b.Reboot,
+		DiskBytesPerSecond: o.DiskBytesPerSecond,
+	}
+	if disk, err := b.Machine.Disk(); err == nil && len(inv.Disks) > 0 {
+		// The deploy steps write the machine's disk file.
+		machine.DiskFiles = map[string]string{inv.Disks[0].Name: disk}
+	}
 	a := &ramdisk.Agent{
-		Config: cfg,
-		Machine: &ramdisk.Simulated{
-			Document:   inventoryOf(o, b),
-			OnPowerOff: b.PowerOff,
-		},
+		Config:       cfg,
+		Machine:      machine,
 		BootMAC:      strings.ToLower(info.MAC),
 		Client:       o.Client,
 		Log:          log,
