@@ -3,15 +3,22 @@ package firstboot_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/agent/ramdisk"
 	"github.com/better-compute/better-compute/agent/ramdisk/image/imagetest"
 	coreinv "github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/drivers"
@@ -23,6 +30,9 @@ import (
 // recorder is the host's side of a VM's first boot: it keeps what reached
 // each path and refuses it, so the guest's agent stops there.
 type recorder struct {
+	// deploy, when set, answers a request first (true when it did).
+	deploy func(w http.ResponseWriter, req *http.Request) bool
+
 	mu    sync.Mutex
 	calls map[string][][]byte
 	first map[string]time.Time
@@ -33,6 +43,12 @@ func newRecorder() *recorder {
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	deploy := r.deploy
+	r.mu.Unlock()
+	if deploy != nil && deploy(w, req) {
+		return
+	}
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(req.Body)
 	r.mu.Lock()
@@ -71,8 +87,9 @@ func (c *consoleMarks) check(lines ...string) {
 }
 
 // TestDiskBootsFindsItsSeedAndJoins boots the test disk in a QEMU TCG
-// machine from its virtual disk, with a seed partition after the image
-// whose SeedJoin names a server on the host (10.0.2.2 from the guest):
+// machine from its virtual disk, where the ramdisk's deploy steps wrote it
+// and a seed partition whose SeedJoin names a server on the host (10.0.2.2
+// from the guest):
 // the disk's /init finds the seed and bcd posts the join with the boot's
 // token and an inventory of the machine's hardware. Then the machine,
 // asked to boot its CD, boots the ramdisk there and not its disk. It also
@@ -93,15 +110,12 @@ func TestDiskBootsFindsItsSeedAndJoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	join := protocol.SeedJoin{APIURL: apiURL, Token: protocol.BootTokenPrefix + "disk-boot-token", NodeID: "node_disk1"}
-	joinJSON, err := json.Marshal(join)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imagetest.WriteSeed(t, m.DiskPath(), disk.Image, map[string][]byte{
-		protocol.SeedJoinFile: joinJSON,
-		"meta-data":           []byte("instance-id: wf_disk1\nlocal-hostname: disk-one\n"),
-	})
+	// The deploy, in process: the real ramdisk's write-image and
+	// write-seed steps write the VM's disk file (as a simulated machine's
+	// ramdisk does), naming the API as the guest reaches it.
+	token := protocol.BootTokenPrefix + "disk-boot-token"
+	deploy(t, rec, m.DiskPath(), disk.Image, protocol.RamdiskBootConfig{APIURL: apiURL, Token: token, BootID: "mbt_disk1", Purpose: "deploy"})
+	join := protocol.SeedJoin{APIURL: apiURL, Token: token, NodeID: "node_disk1"}
 
 	ctx := context.Background()
 	if err := m.SetBootOverride(ctx, drivers.BootDisk, false); err != nil {
@@ -220,4 +234,79 @@ func (w *waiting) Error() string {
 		c = c[len(c)-3000:]
 	}
 	return "still waiting for " + w.what + "; console:\n" + c
+}
+
+// deploy writes the test disk's image and its seed into diskFile with the
+// ramdisk's own deploy steps, run in process against rec (which serves the
+// image and the seed until the ramdisk powers off). Its HTTP client
+// reaches cfg.APIURL, the guest's view of the host, on the host's loopback.
+func deploy(t *testing.T, rec *recorder, diskFile, img string, cfg protocol.RamdiskBootConfig) {
+	t.Helper()
+	imgBytes, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(imgBytes)
+	st, err := os.Stat(diskFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []protocol.RamdiskStep{
+		{Name: protocol.StepWriteImage, Args: map[string]string{"url": cfg.APIURL + "/image.raw", "sha256": hex.EncodeToString(sum[:]), "sizeBytes": fmt.Sprint(len(imgBytes))}},
+		{Name: protocol.StepWriteSeed},
+		{Name: protocol.StepPowerOff},
+	}
+	serve := func(w http.ResponseWriter, req *http.Request) bool {
+		w.Header().Set("Content-Type", "application/json")
+		switch req.URL.Path {
+		case "/image.raw":
+			http.ServeContent(w, req, "image.raw", time.Time{}, bytes.NewReader(imgBytes))
+		case protocol.RamdiskReportPath:
+			_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node_disk1", Steps: steps})
+		case protocol.RamdiskResultPath:
+			var res protocol.RamdiskResult
+			_ = json.NewDecoder(req.Body).Decode(&res)
+			for _, r := range res.Results {
+				if !r.OK {
+					t.Errorf("deploy step %s failed: %s", r.Name, r.Message)
+				}
+			}
+			_ = json.NewEncoder(w).Encode(protocol.RamdiskInstructions{NodeID: "node_disk1", Steps: []protocol.RamdiskStep{}})
+		case protocol.RamdiskSeedPath:
+			_ = json.NewEncoder(w).Encode(protocol.RamdiskSeed{NodeID: "node_disk1", WorkflowID: "wf_disk1", MetaData: "instance-id: wf_disk1\nlocal-hostname: disk-one\n"})
+		default:
+			return false
+		}
+		return true
+	}
+	rec.mu.Lock()
+	rec.deploy = serve
+	rec.mu.Unlock()
+	defer func() {
+		rec.mu.Lock()
+		rec.deploy = nil
+		rec.mu.Unlock()
+	}()
+	u, err := url.Parse(cfg.APIURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostLoopback := "127.0.0.1:" + u.Port()
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, hostLoopback)
+		}}}
+	inv := &coreinv.NodeInventory{Kind: coreinv.Kind, Version: coreinv.Version, AgentVersion: "bcd/test",
+		System: coreinv.System{Architecture: "x86_64", ProductUUID: "5b1e3c0a-7d2f-4e8b-9a61-0c4d2e7f8a19"},
+		CPU:    coreinv.CPU{Sockets: 1, CoresPerSocket: 1, ThreadsPerCore: 1, LogicalCPUs: 1, NUMANodes: 1},
+		Memory: coreinv.Memory{TotalBytes: 512 << 20},
+		Disks:  []coreinv.Disk{{Name: "vda", SizeBytes: st.Size(), Transport: "virtio"}},
+		GPUs:   coreinv.GPUs{Devices: []coreinv.GPU{}}}
+	agent := &ramdisk.Agent{Config: cfg, Client: client, RetryMin: time.Millisecond,
+		Machine: &ramdisk.Simulated{Document: inv, DiskFiles: map[string]string{"vda": diskFile}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := agent.Run(ctx); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
 }

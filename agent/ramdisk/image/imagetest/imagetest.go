@@ -111,32 +111,3 @@ func Disk(t testing.TB, dir string) *image.Disk {
 	t.Logf("test disk (kernel %s, %d modules) built in %s: %d MiB", d.KernelVersion, len(d.Modules), time.Since(start).Round(time.Millisecond), d.SizeBytes>>20)
 	return d
 }
-
-// SeedMiB is the size of the seed partition WriteSeed adds.
-const SeedMiB = image.MinDiskMiB
-
-// WriteSeed writes the test disk's image at the start of the machine's
-// disk file (a raw image bigger than it) and adds, after the image's
-// partitions, a FAT partition labelled protocol.SeedLabel holding files
-// (paths relative to its root): what a deploy's write-image and
-// write-seed leave on a machine's disk.
-func WriteSeed(t testing.TB, diskFile, img string, files map[string][]byte) {
-	t.Helper()
-	src, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(diskFile, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(src, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := image.AddSeedPartition(diskFile, SeedMiB, files); err != nil {
-		t.Fatal(err)
-	}
-}
