@@ -13,7 +13,7 @@ FUZZ_TIME ?= 20s
 # go-nvml's cgo preamble uses NVML calls its headers mark deprecated.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run test lint bench clean kernel ramdisk
+.PHONY: all build run test lint bench clean kernel ramdisk testdisk
 
 all: build
 
@@ -25,7 +25,7 @@ build:
 run: build
 	./bin/better-compute dev
 
-test: kernel
+test: kernel testdisk
 	BETTER_COMPUTE_KERNEL_DIR=$(KERNEL_DIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzEnvelope$$' -fuzztime $(FUZZ_TIME) ./api/
 
@@ -64,3 +64,12 @@ RAMDISK_OUT ?= bin/ramdisk
 ramdisk: kernel
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(RAMDISK_OUT)/bcd ./cmd/bcd
 	$(GO) run ./tools/ramdisk -kernel-dir $(KERNEL_DIR) -bcd $(RAMDISK_OUT)/bcd -out $(RAMDISK_OUT)
+
+# The small bootable test disk (docs/testdisk.md): an MBR and one FAT32
+# partition with syslinux, the kernel and an initramfs whose /init runs
+# `bcd node firstboot` on the disk's CIDATA seed, in $(TESTDISK_OUT).
+# Needs Debian's syslinux, syslinux-common and mtools.
+TESTDISK_OUT ?= bin/testdisk
+testdisk: kernel
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(TESTDISK_OUT)/bcd ./cmd/bcd
+	$(GO) run ./tools/testdisk -kernel-dir $(KERNEL_DIR) -bcd $(TESTDISK_OUT)/bcd -out $(TESTDISK_OUT)

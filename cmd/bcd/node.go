@@ -26,7 +26,7 @@ func nodeCommand() *cobra.Command {
 
 // nodeSubcommands are the commands of `bcd node`.
 func nodeSubcommands() []*cobra.Command {
-	return []*cobra.Command{nodeJoinCommand(), nodeRunCommand()}
+	return []*cobra.Command{nodeJoinCommand(), nodeRunCommand(), nodeFirstbootCommand()}
 }
 
 // nodeJoinCommand is `bcd node join`: it collects the inventory and joins

@@ -47,28 +47,9 @@ func nodeRunCommand() *cobra.Command {
 			if endpoint != "" {
 				id.AgentEndpoint = endpoint
 			}
-			simulate := inv.SimulateGPUs != ""
-			if cdiDir == "" {
-				cdiDir = "/etc/cdi"
-				if simulate {
-					cdiDir = filepath.Join(stateDir, "cdi")
-				}
-			}
-			version := "bcd/" + buildinfo.Get().Version
-			inv.AgentVersion = version
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			spec, err := nodespec.Open(stateDir)
-			if err != nil {
-				return err
-			}
-			exec := &commands.Executor{StateDir: stateDir, CDIDir: cdiDir, Simulate: simulate, ObservedGeneration: spec.Observed}
-			log.Info("node session starting", "node", id.NodeID, "endpoint", id.AgentEndpoint, "version", version)
-			return session.Run(ctx, session.Options{
-				Identity: id, StateDir: stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec,
-				Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
-			})
+			return runNodeSession(ctx, id, nodeSessionFlags{stateDir: stateDir, cdiDir: cdiDir, inv: inv})
 		},
 	}
 	f := cmd.Flags()
@@ -79,4 +60,36 @@ func nodeRunCommand() *cobra.Command {
 	f.StringVar(&inv.SimulateGPUs, "simulate-gpus", "", "report simulated GPUs instead of NVML's, e.g. 8xH100-SXM5-80GB")
 	f.StringVar(&inv.Seed, "seed", "", "seed of simulated GPU UUIDs (default the hostname)")
 	return cmd
+}
+
+type nodeSessionFlags struct {
+	stateDir, cdiDir string
+	inv              agentinv.Options
+}
+
+// runNodeSession holds the node's session with identity id until ctx ends:
+// what `bcd node run` and `bcd node firstboot` do once joined.
+func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) error {
+	inv := f.inv
+	simulate := inv.SimulateGPUs != ""
+	cdiDir := f.cdiDir
+	if cdiDir == "" {
+		cdiDir = "/etc/cdi"
+		if simulate {
+			cdiDir = filepath.Join(f.stateDir, "cdi")
+		}
+	}
+	version := "bcd/" + buildinfo.Get().Version
+	inv.AgentVersion = version
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	spec, err := nodespec.Open(f.stateDir)
+	if err != nil {
+		return err
+	}
+	exec := &commands.Executor{StateDir: f.stateDir, CDIDir: cdiDir, Simulate: simulate, ObservedGeneration: spec.Observed}
+	log.Info("node session starting", "node", id.NodeID, "endpoint", id.AgentEndpoint, "version", version)
+	return session.Run(ctx, session.Options{
+		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec,
+		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
+	})
 }

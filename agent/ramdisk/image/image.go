@@ -100,6 +100,12 @@ const epochSeconds = 1
 
 // BuildBase writes the kernel and the base initramfs into o.OutDir.
 func BuildBase(ctx context.Context, o Options) (*Base, error) {
+	return buildInitramfs(ctx, o, initScript, nil)
+}
+
+// buildInitramfs writes the kernel and an initramfs with init as /init
+// and o.Modules (DefaultModules when nil) plus extra loaded at boot.
+func buildInitramfs(ctx context.Context, o Options, init string, extra []string) (*Base, error) {
 	if o.KernelDir == "" || o.BCD == "" || o.OutDir == "" {
 		return nil, errors.New("image: KernelDir, BCD and OutDir are required")
 	}
@@ -111,6 +117,7 @@ func BuildBase(ctx context.Context, o Options) (*Base, error) {
 	if modules == nil {
 		modules = DefaultModules()
 	}
+	modules = append(append([]string(nil), modules...), extra...)
 	kernel, version, err := FindKernel(o.KernelDir)
 	if err != nil {
 		return nil, err
@@ -135,7 +142,7 @@ func BuildBase(ctx context.Context, o Options) (*Base, error) {
 	if err := a.file(BCDPath, 0o755, fileSource(o.BCD)); err != nil {
 		return nil, err
 	}
-	a.bytes(InitPath, 0o755, []byte(initScript))
+	a.bytes(InitPath, 0o755, []byte(init))
 	a.bytes(UdhcpcScript, 0o755, []byte(udhcpcScript))
 	var inImage []string
 	for _, rel := range order {

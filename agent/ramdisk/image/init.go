@@ -1,10 +1,18 @@
 package image
 
-// initScript is the ramdisk's /init, run by busybox's sh: mount the kernel
-// filesystems, load the modules in the order BuildBase resolved, bring every
-// NIC up with DHCP, and hand over to bcd. Progress goes to the console, which
-// is the machine's serial log.
-const initScript = `#!/bin/sh
+import "github.com/better-compute/better-compute/agent/protocol"
+
+// initScript is the ramdisk's /init, run by busybox's sh: the shared
+// prologue, then bcd ramdisk.
+const initScript = initPrologue + `echo "bcd-init: starting bcd ramdisk"
+exec /bin/bcd ramdisk
+`
+
+// initPrologue is what every /init of ours starts with: mount the kernel
+// filesystems, load the modules in the order the build resolved, and bring
+// the first NIC that gets a lease up with DHCP. Progress goes to the
+// console, which is the machine's serial log.
+const initPrologue = `#!/bin/sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -33,8 +41,6 @@ for d in /sys/class/net/*; do
 		break
 	fi
 done
-echo "bcd-init: starting bcd ramdisk"
-exec /bin/bcd ramdisk
 `
 
 // udhcpcScript applies a DHCP lease (busybox udhcpc calls it with the
@@ -53,4 +59,34 @@ bound|renew)
 	;;
 esac
 exit 0
+`
+
+// diskInitScript is the test disk's /init: the shared prologue, then the
+// installed system's first boot. It waits a few seconds for the seed
+// partition (the disk driver probes it asynchronously), mounts it
+// read-only, and runs `bcd node firstboot`, restarting it if it stops as a
+// service manager would (its state directory, on the initramfs, keeps the
+// identity of a join that succeeded). Without a seed the system idles, as
+// an installed system nobody configured does.
+const diskInitScript = initPrologue + `echo "bcd-init: disk boot; looking for LABEL=` + protocol.SeedLabel + `"
+seed=""
+n=0
+while [ $n -lt 50 ]; do
+	seed=$(findfs LABEL=` + protocol.SeedLabel + ` 2>/dev/null) && break
+	seed=""
+	n=$((n+1)); sleep 0.1
+done
+idle() {
+	echo "bcd-init: $1; idle"
+	while :; do sleep 3600; done
+}
+[ -n "$seed" ] || { cat /proc/partitions; idle "no seed partition"; }
+mkdir -p ` + DiskSeedMount + ` ` + DiskStateDir + `
+mount -t vfat -o ro "$seed" ` + DiskSeedMount + ` || idle "cannot mount $seed"
+while :; do
+	echo "bcd-init: seed on $seed; starting bcd node firstboot"
+	/bin/bcd node firstboot --seed ` + DiskSeedMount + ` --state-dir ` + DiskStateDir + ` --no-gpus
+	echo "bcd-init: bcd exited with status $?; restarting in 5 s"
+	sleep 5
+done
 `

@@ -2,8 +2,11 @@
 // machines: a sim.BootHook that, when a machine boots from a CD holding a
 // ramdisk ISO, reads that boot's config out of the ISO and runs the ramdisk
 // agent in process, with an inventory made from the machine's identity;
-// the agent's power-off is the guest's. Lifecycle tests then run the real
-// conversation, tokens and all, without booting a kernel.
+// the agent's power-off is the guest's. When a machine boots from its disk
+// and a deploy left a CIDATA seed there, it runs the installed system's
+// first boot (agent/firstboot) in process with the same inventory.
+// Lifecycle tests then run the real conversation, tokens and all, without
+// booting a kernel.
 package simboot
 
 import (
@@ -12,11 +15,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/better-compute/better-compute/agent/commands"
+	"github.com/better-compute/better-compute/agent/firstboot"
+	"github.com/better-compute/better-compute/agent/join"
+	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/agent/ramdisk"
 	"github.com/better-compute/better-compute/agent/ramdisk/image"
+	"github.com/better-compute/better-compute/agent/session"
 	coreinv "github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/drivers"
 	"github.com/better-compute/better-compute/drivers/machines"
@@ -37,11 +47,23 @@ type Options struct {
 	RetryMin, RetryMax, WaitInterval time.Duration
 	// Done, when set, is told how each boot's agent ended.
 	Done func(b sim.Boot, err error)
+	// DiskBytesPerSecond, when positive, limits how fast the ramdisk
+	// writes the machine's disk, so a test can act during an image write.
+	DiskBytesPerSecond int64
+	// AgentEndpoint, when set, replaces the seed's agent endpoint on a
+	// disk boot, as APIURL replaces its API URL.
+	AgentEndpoint string
+	// Session runs the installed system's node session once its first
+	// boot joined; nil runs the real one (agent/session, commands
+	// simulated) until the boot ends.
+	Session func(ctx context.Context, b sim.Boot, id join.Identity) error
 }
 
-// Hook returns the boot hook. A boot from anything but a CD, or a CD that
-// is not a ramdisk ISO, does nothing (the machine sits there, as one with
-// an empty disk does).
+// Hook returns the boot hook. A CD boot runs its ramdisk; a disk boot runs
+// the first boot of the system a deploy installed when the disk holds a
+// seed; any other boot, a CD that is not a ramdisk ISO or a disk without a
+// seed does nothing (the machine sits there, as one with an empty disk
+// does).
 func Hook(o Options) sim.BootHook {
 	return func(ctx context.Context, b sim.Boot) {
 		err := run(ctx, o, b)
@@ -52,6 +74,9 @@ func Hook(o Options) sim.BootHook {
 }
 
 func run(ctx context.Context, o Options, b sim.Boot) error {
+	if b.Device == drivers.BootDisk {
+		return diskBoot(ctx, o, b)
+	}
 	if b.Device != drivers.BootCD || b.MediaPath == "" {
 		return nil
 	}
@@ -66,16 +91,22 @@ func run(ctx context.Context, o Options, b sim.Boot) error {
 		cfg.APIURL = o.APIURL
 	}
 	info := b.Machine.Info()
-	invFor := o.Inventory
-	if invFor == nil {
-		invFor = InventoryFor
+	inv := inventoryOf(o, b)
+	machine := &ramdisk.Simulated{
+		Document:   inv,
+		OnPowerOff: b.PowerOff,
+		// The guest's reboot: the firmware then boots what the boot
+		// device says (the disk, once a deploy set it).
+		OnReboot:           b.Reboot,
+		DiskBytesPerSecond: o.DiskBytesPerSecond,
+	}
+	if disk, err := b.Machine.Disk(); err == nil && len(inv.Disks) > 0 {
+		// The deploy steps write the machine's disk file.
+		machine.DiskFiles = map[string]string{inv.Disks[0].Name: disk}
 	}
 	a := &ramdisk.Agent{
-		Config: cfg,
-		Machine: &ramdisk.Simulated{
-			Document:   invFor(info),
-			OnPowerOff: b.PowerOff,
-		},
+		Config:       cfg,
+		Machine:      machine,
 		BootMAC:      strings.ToLower(info.MAC),
 		Client:       o.Client,
 		Log:          log,
@@ -120,4 +151,97 @@ func InventoryFor(info machines.Info) *coreinv.NodeInventory {
 		NICs:   []coreinv.NIC{{Name: "eth0", MAC: strings.ToLower(info.MAC), Driver: "virtio_net"}},
 		GPUs:   coreinv.GPUs{Devices: []coreinv.GPU{}},
 	}
+}
+
+// inventoryOf is the machine's inventory on every boot, ramdisk and
+// installed system alike, so that the hardware key matches: o.Inventory's
+// (InventoryFor's by default), its first disk the size of the machine's
+// disk file.
+func inventoryOf(o Options, b sim.Boot) *coreinv.NodeInventory {
+	invFor := o.Inventory
+	if invFor == nil {
+		invFor = InventoryFor
+	}
+	inv := invFor(b.Machine.Info())
+	if len(inv.Disks) > 0 {
+		if p, err := b.Machine.Disk(); err == nil {
+			if st, err := os.Stat(p); err == nil {
+				inv.Disks = append([]coreinv.Disk(nil), inv.Disks...)
+				inv.Disks[0].SizeBytes = st.Size()
+			}
+		}
+	}
+	return inv
+}
+
+// diskBoot is the installed system's boot: its first boot's join with the
+// seed a deploy wrote after the image, then its node session.
+func diskBoot(ctx context.Context, o Options, b sim.Boot) error {
+	console := b.Machine.Console()
+	log := slog.New(slog.NewTextHandler(console, nil)).With("agent", "bcd-firstboot", "boot", b.Seq)
+	disk, err := b.Machine.Disk()
+	if err != nil {
+		log.Error("no disk", "error", err.Error())
+		return err
+	}
+	fsys, closeFS, err := image.SeedFS(disk)
+	if errors.Is(err, image.ErrNoSeed) {
+		// An empty disk, or an image with no seed: nothing to run.
+		return nil
+	}
+	if err != nil {
+		log.Error("cannot read the disk", "error", err.Error())
+		return fmt.Errorf("simboot: boot %d: %w", b.Seq, err)
+	}
+	seed, err := firstboot.ReadSeed(fsys)
+	closeFS()
+	if err != nil {
+		log.Error("bad seed", "error", err.Error())
+		return fmt.Errorf("simboot: boot %d: %w", b.Seq, err)
+	}
+	if o.APIURL != "" {
+		seed.Join.APIURL = o.APIURL
+	}
+	if o.AgentEndpoint != "" {
+		seed.Join.AgentEndpoint = o.AgentEndpoint
+	}
+	// The installed system's state lives beside its disk, as on its own
+	// root filesystem: a reboot finds the identity and spends no token.
+	stateDir := disk + ".bcd-state"
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("simboot: boot %d: %w", b.Seq, err)
+	}
+	inv := inventoryOf(o, b)
+	runSession := o.Session
+	if runSession == nil {
+		runSession = func(ctx context.Context, _ sim.Boot, id join.Identity) error {
+			return nodeSession(ctx, id, stateDir, inv, log)
+		}
+	}
+	err = firstboot.Run(ctx, firstboot.Options{
+		Seed: seed, StateDir: stateDir, HTTPClient: o.Client, Logger: log,
+		RetryMin: o.RetryMin, RetryMax: o.RetryMax,
+		Inventory: func(context.Context) (*coreinv.NodeInventory, error) { return inv, nil },
+		Session:   func(ctx context.Context, id join.Identity) error { return runSession(ctx, b, id) },
+	})
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	// An installed system whose agent stopped stays up: the control
+	// plane sees it never re-joined.
+	log.Error("first boot failed", "error", err.Error())
+	return fmt.Errorf("simboot: boot %d: %w", b.Seq, err)
+}
+
+// nodeSession is what `bcd node run` does, in process and simulated.
+func nodeSession(ctx context.Context, id join.Identity, stateDir string, inv *coreinv.NodeInventory, log *slog.Logger) error {
+	spec, err := nodespec.Open(stateDir)
+	if err != nil {
+		return err
+	}
+	exec := &commands.Executor{StateDir: stateDir, CDIDir: filepath.Join(stateDir, "cdi"), Simulate: true, ObservedGeneration: spec.Observed}
+	return session.Run(ctx, session.Options{
+		Identity: id, StateDir: stateDir, Executor: exec, AgentVersion: inv.AgentVersion, Logger: log, NodeSpec: spec,
+		Inventory: func(context.Context) (*coreinv.NodeInventory, error) { return inv, nil },
+	})
 }

@@ -7,6 +7,8 @@ package sim
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/better-compute/better-compute/drivers"
@@ -37,6 +39,19 @@ func (b Boot) PowerOff() {
 	}
 }
 
+// Reboot is this boot's guest restarting the machine (reboot inside the
+// OS): the firmware boots again from the override or the boot order, as a
+// warm reset does. Like PowerOff it does nothing once the boot has ended.
+func (b Boot) Reboot() {
+	m := b.Machine
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.on && len(m.boots) == b.Seq {
+		m.endBootLocked()
+		m.bootLocked()
+	}
+}
+
 // BootHook runs each boot's "operating system": it is called in its own
 // goroutine when the machine powers on or resets, and its context is
 // cancelled when that boot ends (power off, reset, Close). The hook's code
@@ -53,7 +68,17 @@ type Config struct {
 	// IgnoreShutdown makes the guest ignore an ACPI shutdown request, as a
 	// ramdisk without an ACPI daemon does.
 	IgnoreShutdown bool
+	// DiskPath is the file holding the machine's disk; "" means one in a
+	// temporary directory of the machine's own, removed by Close. It is
+	// made, sparse, the first time Disk is asked for it.
+	DiskPath string
+	// DiskBytes is the disk's size (DefaultDiskBytes when zero).
+	DiskBytes int64
 }
+
+// DefaultDiskBytes is a simulated machine's disk: a 960 GB NVMe drive's
+// size, a sparse file that holds only what was written to it.
+const DefaultDiskBytes = 960_197_124_096
 
 // Machine is a simulated machine.
 type Machine struct {
@@ -69,6 +94,8 @@ type Machine struct {
 	nmis     int
 	cancel   context.CancelFunc
 	running  sync.WaitGroup
+	disk     string
+	diskDir  string
 }
 
 var _ machines.Machine = (*Machine)(nil)
@@ -224,13 +251,58 @@ func (m *Machine) Console() *machines.Ring { return m.serial }
 // SerialLog is what the guest wrote to its console.
 func (m *Machine) SerialLog() []byte { return m.serial.Bytes() }
 
-// Close powers off and waits for the running hook to return.
+// Disk is the file holding the machine's disk, made sparse (of
+// Config.DiskBytes) when it does not exist yet.
+func (m *Machine) Disk() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.disk != "" {
+		return m.disk, nil
+	}
+	if m.closed {
+		return "", machines.ErrClosed
+	}
+	p := m.cfg.DiskPath
+	if p == "" {
+		dir, err := os.MkdirTemp("", "sim-machine-")
+		if err != nil {
+			return "", fmt.Errorf("sim: disk: %w", err)
+		}
+		m.diskDir, p = dir, filepath.Join(dir, "disk.raw")
+	}
+	size := m.cfg.DiskBytes
+	if size <= 0 {
+		size = DefaultDiskBytes
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("sim: disk: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+		if err := f.Truncate(size); err != nil {
+			return "", fmt.Errorf("sim: disk: %w", err)
+		}
+	}
+	m.disk = p
+	return p, nil
+}
+
+// Close powers off, waits for the running hook to return, and removes a
+// disk file the machine made in a directory of its own.
 func (m *Machine) Close() error {
 	m.mu.Lock()
 	m.offLocked()
 	m.closed = true
 	m.mu.Unlock()
 	m.running.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.diskDir != "" {
+		dir := m.diskDir
+		m.diskDir = ""
+		return os.RemoveAll(dir)
+	}
 	return nil
 }
 

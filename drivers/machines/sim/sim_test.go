@@ -3,7 +3,10 @@ package sim_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,5 +104,80 @@ func TestShutdownCanBeIgnored(t *testing.T) {
 	_ = m.PowerOff(ctx)
 	if s, _ := m.PowerState(ctx); s != drivers.PowerOff {
 		t.Fatal("a hard power off did not take")
+	}
+}
+
+func TestDiskIsASparseFileOfItsSizeThatCloseRemoves(t *testing.T) {
+	m := sim.New(sim.Config{DiskBytes: 8 << 30})
+	p, err := m.Disk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != 8<<30 {
+		t.Fatalf("disk is %d bytes, want 8 GiB", st.Size())
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Blocks*512 > 1<<20 {
+		t.Errorf("the disk takes %d bytes: not sparse", sys.Blocks*512)
+	}
+	if again, _ := m.Disk(); again != p {
+		t.Errorf("a second Disk is %s, want %s", again, p)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the machine's own disk outlived Close: %v", err)
+	}
+
+	// A disk file of the caller's is kept, and its contents too.
+	own := filepath.Join(t.TempDir(), "disk.raw")
+	if err := os.WriteFile(own, []byte("written before"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m = sim.New(sim.Config{DiskPath: own})
+	if p, err := m.Disk(); err != nil || p != own {
+		t.Fatalf("disk %s, %v", p, err)
+	}
+	m.Close()
+	if b, err := os.ReadFile(own); err != nil || string(b) != "written before" {
+		t.Errorf("the caller's disk: %q, %v", b, err)
+	}
+}
+
+func TestGuestRebootBootsAgainFromTheOverride(t *testing.T) {
+	ctx := context.Background()
+	boots := make(chan sim.Boot, 4)
+	m := sim.New(sim.Config{Hook: func(ctx context.Context, b sim.Boot) {
+		boots <- b
+		<-ctx.Done()
+	}})
+	defer m.Close()
+	if err := m.InsertMedia(ctx, machines.Media{Kind: machines.MediaCD, Path: "/tmp/r.iso"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetBootOverride(ctx, drivers.BootCD, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PowerOn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b1 := <-boots
+	// The deploy set the boot device to disk, then the guest reboots.
+	if err := m.SetBootOverride(ctx, drivers.BootDisk, true); err != nil {
+		t.Fatal(err)
+	}
+	b1.Reboot()
+	b2 := <-boots
+	if b1.Device != drivers.BootCD || b2.Device != drivers.BootDisk || b2.Seq != 2 {
+		t.Fatalf("boots %+v then %+v, want the CD then the disk", b1, b2)
+	}
+	// A stale boot's reboot does nothing.
+	b1.Reboot()
+	if n := len(m.Boots()); n != 2 {
+		t.Fatalf("%d boots after a stale reboot", n)
 	}
 }

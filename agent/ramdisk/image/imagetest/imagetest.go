@@ -43,15 +43,8 @@ func RequireBoot(t testing.TB) (kernelDir string) {
 func Base(t testing.TB, dir string) *image.Base {
 	t.Helper()
 	kernelDir := RequireBoot(t)
-	bcd := filepath.Join(dir, "bcd")
+	bcd := staticBCD(t, dir)
 	start := time.Now()
-	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bcd, "github.com/better-compute/better-compute/cmd/bcd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static bcd: %v: %s", err, out)
-	}
-	t.Logf("static bcd built in %s", time.Since(start).Round(time.Millisecond))
-	start = time.Now()
 	base, err := image.BuildBase(context.Background(), image.Options{KernelDir: kernelDir, BCD: bcd, OutDir: filepath.Join(dir, "base")})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +56,20 @@ func Base(t testing.TB, dir string) *image.Base {
 	t.Logf("base initramfs (kernel %s, %d modules) built in %s: %.1f MiB",
 		base.KernelVersion, len(base.Modules), time.Since(start).Round(time.Millisecond), float64(st.Size())/(1<<20))
 	return base
+}
+
+// staticBCD builds bcd from this checkout without cgo into dir.
+func staticBCD(t testing.TB, dir string) string {
+	t.Helper()
+	bcd := filepath.Join(dir, "bcd")
+	start := time.Now()
+	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bcd, "github.com/better-compute/better-compute/cmd/bcd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static bcd: %v: %s", err, out)
+	}
+	t.Logf("static bcd built in %s", time.Since(start).Round(time.Millisecond))
+	return bcd
 }
 
 // ISO writes the ISO of one boot of base with cfg into dir.
@@ -81,4 +88,26 @@ func ISO(t testing.TB, base *image.Base, cfg protocol.RamdiskBootConfig, dir str
 		t.Fatal(err)
 	}
 	return iso
+}
+
+// Disk builds a static bcd and the test disk into dir (skipping t as
+// RequireBoot does, and failing without syslinux or mtools), and logs how
+// long it took and its size.
+func Disk(t testing.TB, dir string) *image.Disk {
+	t.Helper()
+	kernelDir := RequireBoot(t)
+	if _, err := exec.LookPath("syslinux"); err != nil {
+		t.Fatalf("no syslinux (Debian packages syslinux, mtools): %v", err)
+	}
+	if _, err := exec.LookPath("mcopy"); err != nil {
+		t.Fatalf("no mtools, which syslinux installs through (Debian package mtools): %v", err)
+	}
+	bcd := staticBCD(t, dir)
+	start := time.Now()
+	d, err := image.BuildDisk(context.Background(), image.DiskOptions{Options: image.Options{KernelDir: kernelDir, BCD: bcd, OutDir: filepath.Join(dir, "disk")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("test disk (kernel %s, %d modules) built in %s: %d MiB", d.KernelVersion, len(d.Modules), time.Since(start).Round(time.Millisecond), d.SizeBytes>>20)
+	return d
 }
