@@ -115,7 +115,7 @@ type PowerInput struct {
 
 // BulkInput is metal.bulk's input: one operation over nodes of the pool,
 // at most concurrency at a time (4 when left out); args are the
-// operation's (power: {"action": …}).
+// operation's (power: {"action": …}; deploy: {"profileId": …, "profileVersion": …}).
 type BulkInput struct {
 	TenantID    string              `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID      string              `json:"poolId" jsonschema:"required" id:"pool"`
@@ -321,6 +321,12 @@ func AbortAfter(ctx context.Context, d rpc.Deps, c *rpc.Call, n MetalNode) (Meta
 // creates its workflow, pinned to that version, in one transaction: a
 // profile that does not expand changes nothing and names the field.
 func (m methods) deploy(ctx context.Context, c *rpc.Call, tx store.Tx, in DeployInput) (Deployed, error) {
+	return m.beginDeploy(ctx, tx, c, in, nil, 0)
+}
+
+// beginDeploy is metal.deploy's transaction, and each node's of a bulk
+// deploy (args and turns are the bulk run's).
+func (m methods) beginDeploy(ctx context.Context, tx store.Tx, c *rpc.Call, in DeployInput, args json.RawMessage, turns int) (Deployed, error) {
 	target, err := profiles.TargetForNode(ctx, tx, c.TenantID, in.NodeID)
 	if err != nil {
 		return Deployed{}, err
@@ -330,7 +336,7 @@ func (m methods) deploy(ctx context.Context, c *rpc.Call, tx store.Tx, in Deploy
 		return Deployed{}, err
 	}
 	n, err := domain.BeginOperation(ctx, tx, m.types, domain.Begin{TenantID: c.TenantID, NodeID: in.NodeID,
-		Operation: coremetal.Deploy, By: c.Caller.IdentityID, Deadlines: m.deadlines})
+		Operation: coremetal.Deploy, Args: args, By: c.Caller.IdentityID, Deadlines: m.deadlines, Turns: turns})
 	if err != nil {
 		return Deployed{}, err
 	}
@@ -513,8 +519,8 @@ func (m methods) afterPower(ctx context.Context, _ *rpc.Call, _ PowerInput, n Me
 // operation in a transaction of its own, and starts one bulk run that
 // starts the nodes' workflows at most concurrency at a time.
 func (m methods) bulk(ctx context.Context, c *rpc.Call, in BulkInput) (BulkResult, error) {
-	if _, ok := coremetal.EdgeOf(in.Operation); !ok {
-		return BulkResult{}, core.Errorf(core.CodeInvalidInput, "operation %q is not a lifecycle operation", in.Operation).
+	if _, ok := coremetal.EdgeOf(in.Operation); !ok || in.Operation == coremetal.Retry {
+		return BulkResult{}, core.Errorf(core.CodeInvalidInput, "operation %q is not a lifecycle operation of metal.bulk", in.Operation).
 			WithDetails(map[string]any{"field": "operation", "reason": "enum"})
 	}
 	concurrency := in.Concurrency
@@ -549,6 +555,16 @@ func (m methods) bulk(ctx context.Context, c *rpc.Call, in BulkInput) (BulkResul
 			return BulkResult{}, core.Errorf(core.CodeInvalidInput, "a bulk power needs args.action: on, off, cycle or reset").
 				WithDetails(map[string]any{"field": "args", "reason": "enum"})
 		}
+	}
+	var deploy DeployInput
+	if in.Operation == coremetal.Deploy {
+		id, _ := args["profileId"].(string)
+		version, _ := args["profileVersion"].(float64)
+		if !core.ValidID("prof", id) || version < 0 || version != float64(int(version)) {
+			return BulkResult{}, core.Errorf(core.CodeInvalidInput, "a bulk deploy needs args.profileId (and optionally args.profileVersion)").
+				WithDetails(map[string]any{"field": "args.profileId", "reason": "required"})
+		}
+		deploy = DeployInput{TenantID: c.TenantID, ProfileID: id, ProfileVersion: int(version)}
 	}
 	requestID := c.Cred.RequestID
 	if requestID == "" {
@@ -603,6 +619,13 @@ func (m methods) bulk(ctx context.Context, c *rpc.Call, in BulkInput) (BulkResul
 		}
 		var n MetalNode
 		err := m.d.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+			if in.Operation == coremetal.Deploy {
+				in := deploy
+				in.NodeID = items[i].NodeID
+				d, err := m.beginDeploy(ctx, tx, c, in, rawArgs, len(begun)/concurrency)
+				n = d.MetalNode
+				return err
+			}
 			n, err = domain.BeginOperation(ctx, tx, m.types, domain.Begin{TenantID: c.TenantID, NodeID: items[i].NodeID,
 				Operation: in.Operation, Args: rawArgs, By: c.Caller.IdentityID, Deadlines: m.deadlines,
 				Turns: len(begun) / concurrency})

@@ -14,6 +14,10 @@ import (
 	"sync"
 	"time"
 
+	coreimages "github.com/better-compute/better-compute/core/images"
+	imagestore "github.com/better-compute/better-compute/store/images"
+	workflowstore "github.com/better-compute/better-compute/store/workflows"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
@@ -188,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		AgentLease: cfg.AgentLease, AgentHeartbeat: cfg.AgentHeartbeat,
 		TemporalAddress: cfg.TemporalAddress, TemporalNamespace: cfg.TemporalNamespace, Temporal: cfg.Temporal,
 		Logger: cfg.Logger.With("component", "agent-gateway"), Metrics: metrics, Secrets: vault,
-		Blobs: cfg.Blobs, ImageForSite: cfg.ImageForSite,
+		Blobs: cfg.Blobs, ImageForSite: imageForSite(cfg.ImageForSite),
 	})
 	if err != nil {
 		return nil, err
@@ -283,4 +287,27 @@ func ConfigWarnings(cfg Config) []core.Warning {
 func (cp *ControlPlane) Close() {
 	cp.stop()
 	cp.wg.Wait()
+}
+
+// imageForSite is the site image endpoint's check: the image a live
+// workflow on the node writes (store/workflows), as its row stands now and
+// only with the digest the workflow pinned. A configured check replaces it.
+func imageForSite(configured agentgateway.ImageForSite) agentgateway.ImageForSite {
+	if configured != nil {
+		return configured
+	}
+	return func(ctx context.Context, tx store.Tx, siteID, nodeID, imageID string) (coreimages.Image, error) {
+		ref, err := workflowstore.ImageForSite(ctx, tx, siteID, nodeID, imageID)
+		if err != nil {
+			return coreimages.Image{}, err
+		}
+		im, err := imagestore.Get(ctx, tx, ref.TenantID, ref.ID)
+		if err != nil {
+			return coreimages.Image{}, err
+		}
+		if im.SHA256 != ref.SHA256 {
+			return coreimages.Image{}, core.Errorf(core.CodeNotFound, "image %s not found", imageID)
+		}
+		return im, nil
+	}
 }
