@@ -47,6 +47,10 @@ type BootOptions struct {
 	// URL is how machines and BMCs reach the boot server, e.g.
 	// http://10.0.0.2:8081; default http://<the listening address>.
 	URL string
+	// MachineURL is how a booted machine's ramdisk reaches the boot server
+	// for its image, when that differs from URL, which BMCs use too (for
+	// QEMU's user-mode network, http://10.0.2.2:PORT); default URL.
+	MachineURL string
 	// MachineAPIURL is how a booted ramdisk reaches the API (for QEMU's
 	// user-mode network, http://10.0.2.2:PORT); default Options.APIURL.
 	MachineAPIURL string
@@ -98,10 +102,12 @@ type discovery struct {
 type bootServer struct {
 	url, apiURL   string
 	agentEndpoint string
-	images        Images
-	dir           string
-	log           *slog.Logger
-	cache         *imageCache
+	// machineURL is the boot server as the machines' ramdisks reach it.
+	machineURL string
+	images     Images
+	dir        string
+	log        *slog.Logger
+	cache      *imageCache
 
 	mu     sync.Mutex
 	term   *term
@@ -112,7 +118,11 @@ type bootServer struct {
 }
 
 func newBootServer(o BootOptions, url, apiURL, dir string, log *slog.Logger) *bootServer {
-	return &bootServer{url: strings.TrimRight(url, "/"), apiURL: apiURL, agentEndpoint: o.MachineAgentEndpoint,
+	machineURL := strings.TrimRight(o.MachineURL, "/")
+	if machineURL == "" {
+		machineURL = strings.TrimRight(url, "/")
+	}
+	return &bootServer{url: strings.TrimRight(url, "/"), machineURL: machineURL, apiURL: apiURL, agentEndpoint: o.MachineAgentEndpoint,
 		images: o.Images, dir: dir, log: log, cache: newImageCache(dir, o.QemuImg),
 		boots: map[string]*boot{}, byMAC: map[string]*boot{}}
 }

@@ -691,7 +691,7 @@ func (bs *bootServer) bootOf(node, token string) bool {
 }
 
 func (bs *bootServer) imageURL(node, sha string) string {
-	return bs.url + "/images/" + node + "/" + sha
+	return bs.machineURL + "/images/" + node + "/" + sha
 }
 
 // serveImage serves a staged image to the node's ramdisk: the bearer must

@@ -68,6 +68,7 @@ func siteCommand() *cobra.Command {
 	f.StringVar(&o.Holder, "holder", "", "this instance's id, the lease holder (default hostname-pid)")
 	f.StringVar(&o.Boot.Listen, "boot-listen", "", "the boot server's address, e.g. :8081 (none when empty: no ramdisk boots)")
 	f.StringVar(&o.Boot.URL, "boot-url", "", "how machines and BMCs reach the boot server (default http://<boot-listen>)")
+	f.StringVar(&o.Boot.MachineURL, "machine-boot-url", "", "how a booted ramdisk reaches the boot server for its image, when not as BMCs do (default --boot-url)")
 	f.StringVar(&o.Boot.MachineAPIURL, "machine-api-url", "", "how a booted ramdisk reaches the API (default --api)")
 	f.StringVar(&o.Boot.Dir, "boot-dir", "", "where the boots' pieces and the staged images are cached (default a temporary directory)")
 	f.StringVar(&o.Boot.MachineAgentEndpoint, "machine-agent-endpoint", "",
