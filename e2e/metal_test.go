@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/better-compute/better-compute/agent/ramdisk/simboot"
 	"github.com/better-compute/better-compute/api"
 	apidrivers "github.com/better-compute/better-compute/api/drivers"
+	apiimages "github.com/better-compute/better-compute/api/images"
 	apimetal "github.com/better-compute/better-compute/api/metal"
 	apinodes "github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
@@ -40,6 +42,7 @@ import (
 	apisecrets "github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/core"
+	coreimages "github.com/better-compute/better-compute/core/images"
 	coreinv "github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/drivers"
@@ -49,7 +52,10 @@ import (
 	"github.com/better-compute/better-compute/drivers/machines/sim"
 	"github.com/better-compute/better-compute/drivers/redfish/emulator"
 	"github.com/better-compute/better-compute/internal/freeport"
+	"github.com/better-compute/better-compute/internal/sshsigtest"
 	"github.com/better-compute/better-compute/internal/testutil"
+	"github.com/better-compute/better-compute/store"
+	imagestore "github.com/better-compute/better-compute/store/images"
 	storemetal "github.com/better-compute/better-compute/store/metal"
 )
 
@@ -67,6 +73,7 @@ const (
 type metalRig struct {
 	t       *testing.T
 	ctx     context.Context
+	dir     string // the stack's directory
 	stack   *devstack.Stack
 	admin   *api.Client
 	base    *image.Base
@@ -76,8 +83,17 @@ type metalRig struct {
 	secret  string // the BMC password's secret reference
 	site    *siteAgent
 	bootURL string
-	// profileID is the profile metal.deploy deploys with.
+	// disk is the bootable test disk the rig's image holds; image its
+	// registration (signed, verified) and profileID the profile that
+	// deploys it with the default steps.
+	disk      *image.Disk
+	image     apiimages.Image
+	signer    sshsigtest.Key
 	profileID string
+	// ramdiskProfileID deploys without writing a disk, for machines that
+	// have none (the IPMI one): boot the ramdisk, run a program there,
+	// power off.
+	ramdiskProfileID string
 }
 
 // deployOp stands for metal.deploy in the lifecycle's tables: run deploys
@@ -89,26 +105,75 @@ func (r *metalRig) deployIn(nodeID string) apimetal.DeployInput {
 	return apimetal.DeployInput{TenantID: metalRoot, NodeID: nodeID, ProfileID: r.profileID}
 }
 
-// addProfile registers an available image and a profile that deploys it
-// (the lifecycle's own deploy steps run; the profile pins what it writes).
-func (r *metalRig) addProfile() {
+// pushImage registers a file as an image of the root tenant, signed by the
+// rig's signer, and uploads its bytes as the answer asks.
+func (r *metalRig) pushImage(name, file string) apiimages.Image {
 	r.t.Helper()
-	db, err := pgx.Connect(r.ctx, r.stack.DatabaseURL())
+	b, err := os.ReadFile(file)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	defer db.Close(r.ctx)
-	if _, err := db.Exec(r.ctx, `INSERT INTO images (id, tenant_id, name, version, format, sha256, size_bytes, state, created_by)
-		VALUES ($1, $2, 'e2e-disk', '1', 'raw', $3, 1048576, 'available', 'e2e')`,
-		core.NewID("img"), metalRoot, strings.Repeat("c", 64)); err != nil {
-		r.t.Fatal(err)
+	sum := sha256.Sum256(b)
+	reg, err := apiimages.Register.Call(r.ctx, r.admin, apiimages.RegisterInput{TenantID: metalRoot, Name: name, Version: "1",
+		Format: "raw", SHA256: hex.EncodeToString(sum[:]), SizeBytes: int64(len(b)),
+		Signature: r.signer.Sign(r.t, coreimages.SignatureNamespace, file)})
+	if err != nil {
+		r.t.Fatalf("register %s: %v", name, err)
 	}
-	p, err := apiprofiles.Create.Call(r.ctx, r.admin, apiprofiles.CreateInput{TenantID: metalRoot, Name: "e2e",
-		Document: json.RawMessage(`{"target": "metal", "image": {"name": "e2e-disk", "version": "1"}}`)})
+	if reg.Upload == nil {
+		return reg.Image
+	}
+	im, err := apiimages.UploadBytes(r.ctx, nil, r.stack.APIURL(), *reg.Upload, bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		r.t.Fatalf("upload %s: %v", name, err)
+	}
+	return im
+}
+
+// profile creates a profile of the root tenant from its document.
+func (r *metalRig) profile(name, doc string) string {
+	r.t.Helper()
+	p, err := apiprofiles.Create.Call(r.ctx, r.admin, apiprofiles.CreateInput{TenantID: metalRoot, Name: name, Document: json.RawMessage(doc)})
+	if err != nil {
+		r.t.Fatalf("profile %s: %v", name, err)
+	}
+	return p.ID
+}
+
+// addImage builds the test disk, allows the rig's signing key in the
+// fleet's allowlist (with the operator's database access, as `better-compute
+// image-signers add` does), pushes the disk as a signed image and makes the
+// profiles that deploy it.
+func (r *metalRig) addImage() {
+	r.t.Helper()
+	r.disk = imagetest.Disk(r.t, r.t.TempDir())
+	r.signer = sshsigtest.NewKey(r.t, "e2e-signer")
+	st, err := store.Open(r.ctx, r.stack.DatabaseURL())
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.profileID = p.ID
+	defer st.Close()
+	catalog, err := core.DefaultCatalog()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	signers := imagestore.New(nil, metalRoot, catalog.FullName(imagestore.ResourceType), 0)
+	if err := st.InTx(r.ctx, store.ReadWrite, func(tx store.Tx) error {
+		_, _, err := signers.AddSigner(r.ctx, tx, metalRoot, r.signer.AuthorizedKey)
+		return err
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+	r.image = r.pushImage("e2e-disk", r.disk.Image)
+	if !r.image.Verified || r.image.State != "available" {
+		r.t.Fatalf("the signed test disk: %+v", r.image)
+	}
+	r.profileID = r.profile("e2e", `{"target": "metal", "image": {"name": "e2e-disk", "version": "1"}, "requireVerifiedImage": true,
+		"hostConfig": {"hostname": "{{ .node.name }}"}}`)
+	r.ramdiskProfileID = r.profile("e2e-ramdisk", `{"target": "metal", "image": {"name": "e2e-disk", "version": "1"}, "steps": [
+		{"name": "boot-ramdisk", "on": "site", "action": "boot-ramdisk"},
+		{"name": "check", "on": "ramdisk", "action": "exec", "args": {"argv": ["true"]}},
+		{"name": "power-off", "on": "site", "action": "power", "args": {"action": "off"}}]}`)
 }
 
 // siteAgent is the rig's `bcd site`, a real process a test may kill.
@@ -159,7 +224,7 @@ func newMetalRig(t *testing.T) *metalRig {
 		t.Fatal(err)
 	}
 	s, err := devstack.Start(context.Background(), devstack.Options{Dir: dir, APIAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0",
-		PostgresPort: pgPort, TemporalAddr: "127.0.0.1:0", UIAddr: "-", Agents: -1, BCD: bin,
+		PostgresPort: pgPort, TemporalAddr: "127.0.0.1:0", UIAddr: "-", Agents: -1, BCD: bin, AgentHosts: []string{qemuHost},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("devstack: %v", err)
@@ -171,7 +236,7 @@ func newMetalRig(t *testing.T) *metalRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &metalRig{t: t, ctx: ctx, stack: s, admin: api.NewClient(s.APIURL(), adminToken), base: base}
+	r := &metalRig{t: t, ctx: ctx, dir: dir, stack: s, admin: api.NewClient(s.APIURL(), adminToken), base: base}
 
 	st, err := sites.Create.Call(ctx, r.admin, sites.CreateInput{TenantID: metalRoot, Kind: "shared", Name: "metal-e2e",
 		Region: "local", IAMRegion: "dev-local-1"})
@@ -185,7 +250,7 @@ func newMetalRig(t *testing.T) *metalRig {
 		t.Fatal(err)
 	}
 	r.poolID = pool.ID
-	r.addProfile()
+	r.addImage()
 	tok, err := sites.CreateToken.Call(ctx, r.admin, sites.CreateTokenInput{TenantID: metalRoot, SiteID: st.ID, Name: "metal e2e"})
 	if err != nil {
 		t.Fatal(err)
@@ -216,10 +281,14 @@ func newMetalRig(t *testing.T) *metalRig {
 	r.bootURL = fmt.Sprintf("http://127.0.0.1:%d", bootPort)
 	// A QEMU guest reaches the host's loopback at 10.0.2.2 (user-mode
 	// networking); simulated machines' ramdisks are told the API's own URL.
+	// The deployed system re-joins the agent listener there too.
 	apiPort := r.stack.APIURL()[strings.LastIndex(r.stack.APIURL(), ":")+1:]
+	agentPort := r.stack.AgentURL()[strings.LastIndex(r.stack.AgentURL(), ":")+1:]
 	r.site = &siteAgent{t: t, bin: bin, log: &lockedBuffer{},
 		args: []string{"site", "--api", s.APIURL(), "--boot-listen", fmt.Sprintf("127.0.0.1:%d", bootPort), "--boot-url", r.bootURL,
-			"--machine-api-url", "http://10.0.2.2:" + apiPort, "--kernel", base.Kernel, "--ramdisk", base.Initrd,
+			"--machine-boot-url", fmt.Sprintf("http://%s:%d", qemuHost, bootPort),
+			"--machine-api-url", "http://" + qemuHost + ":" + apiPort, "--machine-agent-endpoint", "https://" + qemuHost + ":" + agentPort,
+			"--kernel", base.Kernel, "--ramdisk", base.Initrd,
 			"--boot-dir", t.TempDir(), "--bmc-readback", "2s"},
 		env: []string{"BCD_SITE_TOKEN=" + tok.Token}}
 	r.site.start()
@@ -238,10 +307,20 @@ func newMetalRig(t *testing.T) *metalRig {
 // simMachine is a simulated machine behind its own emulated BMC, whose
 // ramdisk boots run in the test process (simboot) and report to the API.
 func (r *metalRig) simMachine(name string, inv func(machines.Info) *coreinv.NodeInventory) (*sim.Machine, *emulator.BMC) {
+	return r.simMachineWith(name, simboot.Options{Inventory: inv})
+}
+
+// simMachineWith is simMachine with the boot hook's options o. The machine
+// runs on the host but is told the addresses a QEMU guest uses: its HTTP
+// client reaches qemuHost at the loopback, as QEMU's user-mode network
+// does, and the installed system's session goes to the agent listener's
+// own address.
+func (r *metalRig) simMachineWith(name string, o simboot.Options) (*sim.Machine, *emulator.BMC) {
 	r.t.Helper()
 	info := machineInfo(name)
-	m := sim.New(sim.Config{Info: info, Hook: simboot.Hook(simboot.Options{APIURL: r.stack.APIURL(), Inventory: inv,
-		RetryMin: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond, WaitInterval: 500 * time.Millisecond})})
+	o.APIURL, o.AgentEndpoint, o.Client = r.stack.APIURL(), r.stack.AgentURL(), natClient()
+	o.RetryMin, o.RetryMax, o.WaitInterval = 50*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	m := sim.New(sim.Config{Info: info, Hook: simboot.Hook(o)})
 	bmc, err := r.emu.AddBMC(name, m)
 	if err != nil {
 		r.t.Fatal(err)
@@ -374,7 +453,8 @@ func TestMetal(t *testing.T) {
 	t.Run("QEMULifecycle", func(t *testing.T) {
 		rt := *r
 		rt.t = t
-		m, err := qemu.New(qemu.Config{Info: machineInfo("qemu-1"), Dir: t.TempDir(), CDMode: qemu.ModeDirect, DiskMiB: 64})
+		// The disk holds the test disk (40 MiB) and the seed after it.
+		m, err := qemu.New(qemu.Config{Info: machineInfo("qemu-1"), Dir: t.TempDir(), CDMode: qemu.ModeDirect, DiskMiB: 96})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,6 +468,9 @@ func TestMetal(t *testing.T) {
 		for _, s := range wholeLifecycle {
 			took := rt.run(s.ref, id, s.want, qemuWait)
 			t.Logf("qemu %s: %s", s.name, took.Round(10*time.Millisecond))
+			if s.name == "deploy" {
+				rt.checkDeployed(id, m.DiskPath(), m.Boots())
+			}
 			if s.name == "inspect" {
 				got := rt.get(id)
 				if !got.Metal.Lifecycle.Inspected || got.HardwareKey == "" {
@@ -420,6 +503,9 @@ func TestMetal(t *testing.T) {
 		}
 		info := machineInfo("ipmi-1")
 		pxe := rt.pxeMachine(fake, info)
+		// Its simulated network boots have no disk: its deploy runs a
+		// program in the ramdisk and powers off.
+		rt.profileID = r.ramdiskProfileID
 		n, err := apimetal.Enroll.Call(r.ctx, r.admin, apimetal.EnrollInput{TenantID: metalRoot, PoolID: r.poolID, Name: "ipmi-1",
 			BMC:     apimetal.BMCInput{IPMI: &apimetal.IPMIInput{Address: fake.Addr, Username: ipmisim.Username, PasswordSecret: sec.Ref}},
 			BootMAC: info.MAC})
@@ -693,6 +779,7 @@ func TestMetal(t *testing.T) {
 			t.Fatalf("drivers.list: %+v", list.Items)
 		}
 	})
+	testDeploys(t, r)
 }
 
 // pxeSim is a simulated machine behind a fakebmc: when the BMC powers it
@@ -784,4 +871,21 @@ func nodeInventory(t *testing.T, r *metalRig, nodeID string) coreinv.NodeInvento
 		t.Fatal(err)
 	}
 	return doc
+}
+
+// qemuHost is the host as a QEMU guest on user-mode networking reaches it.
+const qemuHost = "10.0.2.2"
+
+// natClient is an HTTP client that reaches qemuHost at the host's
+// loopback, as a QEMU guest does, for simulated machines on the host.
+func natClient() *http.Client {
+	var d net.Dialer
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && host == qemuHost {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	return &http.Client{Transport: tr}
 }

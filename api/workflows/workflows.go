@@ -25,6 +25,9 @@ import (
 // Workflow is a workflow as the methods answer it.
 type Workflow = workflows.Workflow
 
+// Step is one step of a workflow as the methods answer it.
+type Step = workflows.Step
+
 // GetInput names a node's workflow; without workflowId, the node's latest.
 type GetInput struct {
 	TenantID   string `json:"tenantId" jsonschema:"required" id:"tenant"`
