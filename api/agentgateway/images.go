@@ -45,7 +45,7 @@ func imageNotFound() error { return core.Errorf(core.CodeNotFound, "image not fo
 func (g *Gateway) handleSiteImage(c *gin.Context) {
 	c.Header("Cache-Control", "no-store")
 	ctx := c.Request.Context()
-	if g.deps.ImageForSite == nil || g.deps.Blobs == nil {
+	if g.deps.ImageForSite == nil || g.deps.Blobs == nil || g.deps.Store == nil {
 		httpx.WriteError(c, core.Errorf(core.CodeUnavailable, "the site image endpoint is not configured"))
 		return
 	}

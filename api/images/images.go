@@ -190,13 +190,16 @@ func Upload(d rpc.Deps) gin.HandlerFunc {
 			return
 		}
 		if n := c.Request.ContentLength; n >= 0 && n != im.SizeBytes {
+			c.Header("Connection", "close")
 			httpx.WriteError(c, core.Errorf(core.CodeInvalidInput, "the body is %d bytes; image %s has %d", n, im.ID, im.SizeBytes).
 				WithDetails(map[string]any{"reason": "digestMismatch"}))
 			return
 		}
 		// The listener bounds a request's read to seconds; an image's
 		// bytes take as long as the token lasts.
-		_ = http.NewResponseController(c.Writer).SetReadDeadline(time.Now().Add(domain.DefaultUploadTTL))
+		if err := http.NewResponseController(c.Writer).SetReadDeadline(time.Now().Add(domain.DefaultUploadTTL)); err != nil {
+			httpx.Logger(c).Warn("image upload: the listener's read deadline stays", "error", err.Error())
+		}
 		if err := m.PutBytes(ctx, im, c.Request.Body); err != nil {
 			// The rest of a refused body is not read: the connection closes.
 			c.Header("Connection", "close")
