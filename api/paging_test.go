@@ -300,6 +300,15 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"workflows.list": {input: map[string]any{"tenantId": "acme", "nodeId": node.ID}, insert: func(first, n int) []string {
+			ids := pagingIDs("wf", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO workflows (id, tenant_id, node_id, profile_id, profile_version, op_seq,
+					state, context, created_by)
+				SELECT id, 'acme', $2, 'prof_pg', 1, 0, 'succeeded', '{}', 'idn_x' FROM unnest($1::text[]) id`, ids, node.ID); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"profiles.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
 			ids := pagingIDs("prof", first, n)
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO profiles (id, tenant_id, name, target, latest_version, created_by)

@@ -121,6 +121,10 @@ func TestWorkflowsMethods(t *testing.T) {
 		t.Fatalf("workflows.list = %+v, %v", l, err)
 	}
 	ref := workflows.WorkflowInput{TenantID: "acme", NodeID: node, WorkflowID: w.ID}
+	// The profile a live workflow runs cannot be deleted.
+	if _, err := profiles.Delete.Call(ctx, c, profiles.ProfileInput{TenantID: "acme", ProfileID: profile}); codeOf(err) != core.CodeInvalidState {
+		t.Fatalf("delete of a profile a live workflow runs = %v, want INVALID_STATE", err)
+	}
 	// Another tenant sees nothing.
 	if _, err := workflows.Get.Call(ctx, c, workflows.GetInput{TenantID: "globex", NodeID: node, WorkflowID: w.ID}); codeOf(err) != core.CodeNotFound &&
 		codeOf(err) != core.CodeAccessDenied {
