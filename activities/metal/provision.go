@@ -74,8 +74,8 @@ type StepRun struct {
 // StepStart answers BeginStep.
 type StepStart struct {
 	// Paused: a pause was requested; the step did not start.
-	Paused  bool      `json:"paused"`
-	Attempt int       `json:"attempt"`
+	Paused  bool `json:"paused"`
+	Attempt int  `json:"attempt"`
 	// Deadline is the operation's deadline as the row holds it.
 	Deadline time.Time `json:"deadline"`
 }
