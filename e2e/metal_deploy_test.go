@@ -58,7 +58,7 @@ func logSteps(t *testing.T, w apiworkflows.Workflow) {
 		if s.DurationMs != nil {
 			ms = *s.DurationMs
 		}
-		t.Logf("  %-16s %-13s %-9s attempts %d, %d ms", s.Name, s.On, s.State, s.Attempts, ms)
+		t.Logf("  %-16s %-13s %-9s attempts %d, %d ms %s", s.Name, s.On, s.State, s.Attempts, ms, s.Error)
 	}
 }
 
@@ -151,7 +151,7 @@ func testDeploys(t *testing.T, r *metalRig) {
 		n := rt.await(id, "failed", metalWait)
 		w := rt.workflow(id, d.WorkflowID)
 		st := stepOf(w, "stage-image")
-		if w.State != "failed" || st.State != "failed" || !strings.Contains(st.Error, "digest") ||
+		if w.State != "failed" || st.State != "failed" || !strings.Contains(st.Error, "SHA-256") ||
 			n.Metal.Lifecycle.LastError == nil || n.Metal.Lifecycle.LastError.Step != "stage-image" {
 			t.Fatalf("a tampered image's deploy: %+v / %+v", w, n.Metal.Lifecycle.LastError)
 		}

@@ -41,6 +41,7 @@ import (
 	"github.com/better-compute/better-compute/api/rpc"
 	apisecrets "github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
+	apiworkflows "github.com/better-compute/better-compute/api/workflows"
 	"github.com/better-compute/better-compute/core"
 	coreimages "github.com/better-compute/better-compute/core/images"
 	coreinv "github.com/better-compute/better-compute/core/inventory"
@@ -385,6 +386,14 @@ func (r *metalRig) await(nodeID, want string, within time.Duration) apinodes.Nod
 	r.t.Helper()
 	var n apinodes.NodeDetail
 	start, last := time.Now(), ""
+	defer func() {
+		if r.t.Failed() {
+			if w, err := apiworkflows.Get.Call(r.ctx, r.admin, apiworkflows.GetInput{TenantID: metalRoot, NodeID: nodeID}); err == nil {
+				r.t.Logf("workflow %s of %s is %s at step %q:", w.ID, nodeID, w.State, w.Step)
+				logSteps(r.t, w)
+			}
+		}
+	}()
 	testutil.Eventually(r.t, within, "the operation on "+nodeID+" to end", func() bool {
 		n = r.get(nodeID)
 		if step := n.Metal.Lifecycle.Step; step != last && os.Getenv("BC_E2E_SITE_LOG") != "" {
@@ -458,7 +467,13 @@ func TestMetal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { m.Close() })
+		t.Cleanup(func() {
+			if t.Failed() {
+				log := m.SerialLog()
+				t.Logf("the VM's serial console (last %d bytes):\n%s", min(len(log), 8192), log[max(0, len(log)-8192):])
+			}
+			m.Close()
+		})
 		bmc, err := r.emu.AddBMC("qemu-1", m)
 		if err != nil {
 			t.Fatal(err)

@@ -94,6 +94,19 @@ func chooseDisk(disks []coreinv.Disk, hint string, need int64) (coreinv.Disk, er
 	return *best, nil
 }
 
+// neededBytes is the room a disk must have for an image of size bytes and
+// a minSizeBytes hint ("" for none).
+func neededBytes(size int64, minSize string) (int64, error) {
+	if minSize == "" {
+		return size, nil
+	}
+	m, err := strconv.ParseInt(minSize, 10, 64)
+	if err != nil || m < 0 {
+		return 0, fmt.Errorf("minSizeBytes %q is not an integer", minSize)
+	}
+	return max(size, m), nil
+}
+
 // writeImage is the write-image step: it streams args["url"] into the
 // chosen disk, hashing and counting as it writes, resuming an interrupted
 // download with a Range request, and checks the digest and size at the end.
@@ -112,13 +125,9 @@ func (a *Agent) writeImage(ctx context.Context, inv *coreinv.NodeInventory, args
 	if err != nil || size <= 0 {
 		return "", fmt.Errorf("write-image: sizeBytes %q is not a positive integer", args["sizeBytes"])
 	}
-	need := size
-	if s := args["minSizeBytes"]; s != "" {
-		m, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || m < 0 {
-			return "", fmt.Errorf("write-image: minSizeBytes %q is not an integer", s)
-		}
-		need = max(need, m)
+	need, err := neededBytes(size, args["minSizeBytes"])
+	if err != nil {
+		return "", fmt.Errorf("write-image: %w", err)
 	}
 	d, err := chooseDisk(inv.Disks, args["rootDevice"], need)
 	if err != nil {
@@ -317,8 +326,22 @@ func (a *Agent) writeSeed(ctx context.Context, inv *coreinv.NodeInventory, args 
 			return "", fmt.Errorf("write-seed: disk %s is gone from the inventory", a.imageDisk)
 		}
 		d = inv.Disks[i]
+	case args["sizeBytes"] != "":
+		// A seed written again in a later boot (a retried workflow): the
+		// disk write-image's own rule picks for an image of that size.
+		size, err := strconv.ParseInt(args["sizeBytes"], 10, 64)
+		if err != nil || size <= 0 {
+			return "", fmt.Errorf("write-seed: sizeBytes %q is not a positive integer", args["sizeBytes"])
+		}
+		need, err := neededBytes(size, args["minSizeBytes"])
+		if err != nil {
+			return "", fmt.Errorf("write-seed: %w", err)
+		}
+		if d, err = chooseDisk(inv.Disks, "", need); err != nil {
+			return "", fmt.Errorf("write-seed: %w", err)
+		}
 	default:
-		return "", errors.New("write-seed: no disk: write-image has not written one in this boot and args name no rootDevice")
+		return "", errors.New("write-seed: no disk: write-image has not written one in this boot and args name neither rootDevice nor sizeBytes")
 	}
 	var seed protocol.RamdiskSeed
 	if err := a.post(ctx, protocol.RamdiskSeedPath, protocol.RamdiskSeedRequest{Token: a.Config.Token}, &seed); err != nil {

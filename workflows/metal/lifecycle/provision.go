@@ -497,6 +497,11 @@ func (l *lifecycle) ramdiskStep(st *activities.StepRun) (protocol.RamdiskStep, e
 		args["sha256"] = l.prov.staged.SHA256
 		args["sizeBytes"] = strconv.FormatInt(l.prov.staged.SizeBytes, 10)
 	}
+	// A seed written in a boot other than the image's finds the disk by
+	// write-image's rule for the staged size.
+	if st.Action == provisioning.ActionWriteSeed && l.prov.staged != nil {
+		args["sizeBytes"] = strconv.FormatInt(l.prov.staged.SizeBytes, 10)
+	}
 	if len(args) == 0 {
 		args = nil
 	}
