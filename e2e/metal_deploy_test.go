@@ -1,15 +1,18 @@
 package e2e
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/better-compute/better-compute/agent/firstboot"
+	"github.com/better-compute/better-compute/agent/protocol"
+	"github.com/better-compute/better-compute/agent/ramdisk/image"
 	"github.com/better-compute/better-compute/agent/ramdisk/simboot"
 	apimetal "github.com/better-compute/better-compute/api/metal"
 	apisecrets "github.com/better-compute/better-compute/api/secrets"
@@ -78,27 +81,52 @@ func (r *metalRig) checkDeployed(nodeID, diskPath string, boots int) {
 			r.t.Fatalf("step %s is %s", s.Name, s.State)
 		}
 	}
-	if got := diskDigest(r.t, diskPath, r.image.SizeBytes); got != r.image.SHA256 {
-		r.t.Fatalf("the disk's first %d bytes hash to %s, not the image's %s", r.image.SizeBytes, got, r.image.SHA256)
-	}
+	r.checkDisk(diskPath, nodeID, "")
 	testutil.Eventually(r.t, qemuWait, "the deployed system's agent connected", func() bool {
 		return r.get(nodeID).Connectivity == "connected"
 	})
 }
 
-// diskDigest is the SHA-256 of a disk file's first n bytes.
-func diskDigest(t *testing.T, path string, n int64) string {
-	t.Helper()
+// checkDisk holds a deployed machine's disk file to the image and its
+// seed: every byte of the image is there but the partition table's
+// entries (the seed's partition was added to it), and the CIDATA seed
+// holds the node's re-join config and, when userData is given, user data
+// containing it.
+func (r *metalRig) checkDisk(path, nodeID, userData string) {
+	r.t.Helper()
+	want, err := os.ReadFile(r.disk.Image)
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.CopyN(h, f, n); err != nil {
-		t.Fatal(err)
+	got := make([]byte, len(want))
+	_, err = io.ReadFull(f, got)
+	f.Close()
+	if err != nil {
+		r.t.Fatal(err)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	const entries, signature = 446, 510 // the MBR's partition entries
+	if !bytes.Equal(got[:entries], want[:entries]) || !bytes.Equal(got[signature:], want[signature:]) {
+		r.t.Fatalf("the disk %s does not hold the image's bytes", path)
+	}
+	seed, closeSeed, err := image.SeedFS(path)
+	if err != nil {
+		r.t.Fatalf("the disk's seed: %v", err)
+	}
+	defer closeSeed()
+	s, err := firstboot.ReadSeed(seed)
+	if err != nil || s.Join.NodeID != nodeID || !strings.HasPrefix(s.Join.Token, protocol.BootTokenPrefix) {
+		r.t.Fatalf("the seed's re-join config: %+v %v", s.Join, err)
+	}
+	if userData != "" {
+		ud, err := fs.ReadFile(seed, "user-data")
+		if err != nil || !strings.Contains(string(ud), userData) {
+			r.t.Fatalf("the seed's user-data %q: %v", ud, err)
+		}
+	}
 }
 
 // testDeploys are the provisioning workflow's cases on simulated machines:
@@ -229,9 +257,7 @@ func testDeploys(t *testing.T, r *metalRig) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := diskDigest(t, disk, r.image.SizeBytes); got != r.image.SHA256 {
-			t.Fatalf("the retried machine's disk hashes to %s, not %s", got, r.image.SHA256)
-		}
+		rt.checkDisk(disk, id, "hostname: retried")
 	})
 
 	// An abort while the image is written stops the write, powers the
