@@ -102,7 +102,8 @@ type discovery struct {
 type bootServer struct {
 	url, apiURL   string
 	agentEndpoint string
-	// machineURL is the boot server as the machines' ramdisks reach it.
+	// machineURL is the boot server as the machines' ramdisks reach it;
+	// "" is url.
 	machineURL string
 	images     Images
 	dir        string
@@ -118,11 +119,7 @@ type bootServer struct {
 }
 
 func newBootServer(o BootOptions, url, apiURL, dir string, log *slog.Logger) *bootServer {
-	machineURL := strings.TrimRight(o.MachineURL, "/")
-	if machineURL == "" {
-		machineURL = strings.TrimRight(url, "/")
-	}
-	return &bootServer{url: strings.TrimRight(url, "/"), machineURL: machineURL, apiURL: apiURL, agentEndpoint: o.MachineAgentEndpoint,
+	return &bootServer{url: strings.TrimRight(url, "/"), machineURL: strings.TrimRight(o.MachineURL, "/"), apiURL: apiURL, agentEndpoint: o.MachineAgentEndpoint,
 		images: o.Images, dir: dir, log: log, cache: newImageCache(dir, o.QemuImg),
 		boots: map[string]*boot{}, byMAC: map[string]*boot{}}
 }

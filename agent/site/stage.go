@@ -691,7 +691,11 @@ func (bs *bootServer) bootOf(node, token string) bool {
 }
 
 func (bs *bootServer) imageURL(node, sha string) string {
-	return bs.machineURL + "/images/" + node + "/" + sha
+	base := bs.machineURL
+	if base == "" {
+		base = bs.url
+	}
+	return base + "/images/" + node + "/" + sha
 }
 
 // serveImage serves a staged image to the node's ramdisk: the bearer must
