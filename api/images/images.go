@@ -140,7 +140,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				}
 				rows, err := domain.List(ctx, tx, typ(), c.TenantID,
 					domain.Filter{Name: in.Name, Visibility: in.Visibility, Verified: in.Verified}, q)
-				return rpc.PageOf(rows, q, func(im Image) store.Key { return store.Key{At: im.CreatedAt.UnixMilli(), ID: im.ID} },
+				return rpc.PageOf(rows, q, func(im Image) store.Key { return store.Key{At: im.CreatedAt, ID: im.ID} },
 					func(im Image) iam.Resource { return d.Resource(domain.ResourceType, im.ID) },
 					func(kept []Image, next string) any { return ImageList{Items: kept, NextCursor: next} }), err
 			}},

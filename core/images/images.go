@@ -6,10 +6,7 @@
 // checks out against a signer allowlist of its tenant or of the fleet.
 package images
 
-import (
-	"regexp"
-	"time"
-)
+import "regexp"
 
 // Formats of an image's bytes.
 const (
@@ -73,12 +70,13 @@ type Image struct {
 	State      string `json:"state"`
 	// Verified: the signature checked out against an allowed signer
 	// (SignerFingerprint names it).
-	Verified          bool       `json:"verified"`
-	SignerFingerprint string     `json:"signerFingerprint,omitempty"`
-	Description       string     `json:"description,omitempty"`
-	CreatedAt         time.Time  `json:"createdAt"`
-	UploadedAt        *time.Time `json:"uploadedAt,omitempty"`
-	PromotedAt        *time.Time `json:"promotedAt,omitempty"`
+	Verified          bool   `json:"verified"`
+	SignerFingerprint string `json:"signerFingerprint,omitempty"`
+	Description       string `json:"description,omitempty"`
+	// CreatedAt, UploadedAt and PromotedAt are in epoch milliseconds.
+	CreatedAt  int64  `json:"createdAt"`
+	UploadedAt *int64 `json:"uploadedAt,omitempty"`
+	PromotedAt *int64 `json:"promotedAt,omitempty"`
 }
 
 // Ref names an image in a profile: by id, or by name and version (the

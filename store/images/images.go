@@ -33,13 +33,16 @@ const (
 // IDPrefix starts every image id.
 const IDPrefix = "img"
 
-// columns are the columns scan reads, in its order.
+// columns are the columns scan reads, in its order; instants in epoch
+// milliseconds (store.MsOf), as the API answers them.
 const columns = `id, tenant_id, name, version, format, sha256, size_bytes, visibility, state, verified,
-	signer_fingerprint, description, created_at, uploaded_at, promoted_at`
+	signer_fingerprint, description, (floor(extract(epoch FROM created_at) * 1000)::bigint),
+	(floor(extract(epoch FROM uploaded_at) * 1000)::bigint), (floor(extract(epoch FROM promoted_at) * 1000)::bigint)`
 
 // prefixed is columns qualified by the alias i.
 const prefixed = `i.id, i.tenant_id, i.name, i.version, i.format, i.sha256, i.size_bytes, i.visibility, i.state, i.verified,
-	i.signer_fingerprint, i.description, i.created_at, i.uploaded_at, i.promoted_at`
+	i.signer_fingerprint, i.description, (floor(extract(epoch FROM i.created_at) * 1000)::bigint),
+	(floor(extract(epoch FROM i.uploaded_at) * 1000)::bigint), (floor(extract(epoch FROM i.promoted_at) * 1000)::bigint)`
 
 func scan(row pgx.Row) (coreimages.Image, error) {
 	var im coreimages.Image
