@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
@@ -17,6 +18,7 @@ import (
 	apimetal "github.com/better-compute/better-compute/api/metal"
 	apisecrets "github.com/better-compute/better-compute/api/secrets"
 	apiworkflows "github.com/better-compute/better-compute/api/workflows"
+	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/drivers"
 	"github.com/better-compute/better-compute/drivers/machines/sim"
@@ -258,6 +260,33 @@ func testDeploys(t *testing.T, r *metalRig) {
 			t.Fatal(err)
 		}
 		rt.checkDisk(disk, id, "hostname: retried")
+	})
+
+	// metal.bulk deploys with a profile: each node's own workflow, pinned
+	// to the version; without args.profileId it refuses before anything.
+	t.Run("BulkDeploy", func(t *testing.T) {
+		rt := *r
+		rt.t = t
+		a, _ := ready(t, &rt, "bulk-deploy-1", simboot.Options{})
+		b, _ := ready(t, &rt, "bulk-deploy-2", simboot.Options{})
+		in := apimetal.BulkInput{TenantID: metalRoot, PoolID: r.poolID, Operation: "deploy", NodeIDs: []string{a, b}, Concurrency: 2}
+		if _, err := apimetal.Bulk.Call(r.ctx, r.admin, in); core.AsError(err).Code != core.CodeInvalidInput {
+			t.Fatalf("a bulk deploy without a profile: %v", err)
+		}
+		in.Args = json.RawMessage(`{"profileId": "` + r.profileID + `"}`)
+		res, err := apimetal.Bulk.Call(r.ctx, r.admin, in)
+		if err != nil || len(res.Results) != 2 || !res.Results[0].Accepted || !res.Results[1].Accepted {
+			t.Fatalf("bulk deploy: %+v %v", res, err)
+		}
+		seen := map[string]bool{}
+		for _, id := range []string{a, b} {
+			rt.await(id, "deployed", metalWait)
+			w := rt.workflow(id, "")
+			if w.State != "succeeded" || w.ProfileID != r.profileID || seen[w.ID] {
+				t.Fatalf("node %s's workflow: %+v", id, w)
+			}
+			seen[w.ID] = true
+		}
 	})
 
 	// An abort while the image is written stops the write, powers the
