@@ -31,6 +31,10 @@ type Spec struct {
 	Taints   []Taint           `json:"taints"`
 	Cordoned bool              `json:"cordoned"`
 	Drain    string            `json:"drain,omitempty"`
+	// Instances are the VPS instances the node runs (instances.go).
+	Instances []Instance `json:"instances,omitempty"`
+	// SSH is the node's sshd trust; nil leaves sshd's files alone.
+	SSH *SSH `json:"ssh,omitempty"`
 }
 
 type record struct {

@@ -115,7 +115,7 @@ type Spec struct {
 }
 
 // DecodeAgentFrame reads one line the agent sent: a Hello, Heartbeat,
-// Inventory, Result or Observed, or, for a type this side does not know, the
+// Inventory, Result, Observed or Instances, or, for a type this side does not know, the
 // Header alone (receivers log and skip it, so that either end may be newer).
 func DecodeAgentFrame(line []byte) (any, error) {
 	var h Header
@@ -133,12 +133,14 @@ func DecodeAgentFrame(line []byte) (any, error) {
 		return decodeAs[Result](line)
 	case FrameObserved:
 		return decodeAs[Observed](line)
+	case FrameInstances:
+		return decodeAs[Instances](line)
 	}
 	return h, nil
 }
 
 // DecodeServerFrame reads one line the server sent: a Welcome, Command,
-// Cancel or Spec, or the Header alone for a type this side does not know.
+// Cancel, Spec or Tunnel, or the Header alone for a type this side does not know.
 func DecodeServerFrame(line []byte) (any, error) {
 	var h Header
 	if err := json.Unmarshal(line, &h); err != nil {
@@ -153,6 +155,8 @@ func DecodeServerFrame(line []byte) (any, error) {
 		return decodeAs[Cancel](line)
 	case FrameSpec:
 		return decodeAs[Spec](line)
+	case FrameTunnel:
+		return decodeAs[Tunnel](line)
 	}
 	return h, nil
 }

@@ -259,7 +259,24 @@ func Spec(ctx context.Context, db store.DBTX, nodeID string) (int64, nodespec.Sp
 	if err := json.Unmarshal(labels, &spec.Labels); err != nil {
 		return 0, spec, err
 	}
-	return generation, spec, json.Unmarshal(taints, &spec.Taints)
+	if err := json.Unmarshal(taints, &spec.Taints); err != nil {
+		return 0, spec, err
+	}
+	if spec.Instances, err = specInstances(ctx, db, nodeID); err != nil {
+		return 0, spec, err
+	}
+	if spec.SSH, err = specSSH(ctx, db, nodeID); err != nil {
+		return 0, spec, err
+	}
+	return generation, spec, nil
+}
+
+// BumpGeneration moves the node's NodeSpec generation after a change of a
+// section other domains keep (its instances, its sshd trust), in the
+// caller's transaction; the session sends the new spec.
+func BumpGeneration(ctx context.Context, tx store.Tx, nodeID string) error {
+	_, err := tx.Exec(ctx, `UPDATE nodes SET generation = generation + 1, updated_at = now() WHERE id = $1`, nodeID)
+	return err
 }
 
 // Observed records the generation the agent converged on; a generation the
