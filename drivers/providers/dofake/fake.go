@@ -15,6 +15,7 @@
 package dofake
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -270,14 +271,18 @@ func (f *Fake) answer(w http.ResponseWriter, r *http.Request, route string, stat
 		w.WriteHeader(status)
 		return
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"id":"server_error","message":"the fake could not encode its answer"}`)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // links' "&" as DigitalOcean writes it
+	if err := enc.Encode(body); err != nil {
+		status = http.StatusInternalServerError
+		b.Reset()
+		b.WriteString(`{"id":"server_error","message":"the fake could not encode its answer"}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b.Bytes())
 }
 
 func bearer(r *http.Request) (string, bool) {
