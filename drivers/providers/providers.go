@@ -167,3 +167,32 @@ type Limiter interface {
 	// Penalize stops the credential's calls until until (after a 429).
 	Penalize(ctx context.Context, key string, until time.Time)
 }
+
+// More errors of the seam (extending the set above).
+var (
+	// ErrNotSent marks an ErrUnavailable whose request never left this
+	// process (the connection was refused or not dialled): it certainly
+	// took no effect.
+	ErrNotSent = errors.New("provider: request not sent")
+	// ErrOutcomeUnknown is EnsureServer's answer when a create was sent
+	// whose outcome is unknown and the server is not listed yet: the
+	// caller retries the lookup later and must not create again.
+	ErrOutcomeUnknown = errors.New("provider: create outcome unknown")
+)
+
+// Window is one rate-limit window of a credential: at most Limit calls in
+// any Period, refilled continuously (a token bucket of Limit tokens).
+type Window struct {
+	Name   string
+	Limit  int
+	Period time.Duration
+}
+
+// DigitalOceanWindows are DigitalOcean's published limits per token: 250
+// requests a minute and 5,000 an hour.
+func DigitalOceanWindows() []Window {
+	return []Window{
+		{Name: "minute", Limit: 250, Period: time.Minute},
+		{Name: "hour", Limit: 5000, Period: time.Hour},
+	}
+}
