@@ -156,6 +156,25 @@ func (e *RateLimited) Error() string {
 	return "provider: rate limited until " + e.RetryAt.UTC().Format(time.RFC3339)
 }
 
+// RetryTime is when the next call may go. A Limiter's own refusal may be
+// any error with this method (store/ratelimits cannot name this type);
+// the providers' transports turn it into a *RateLimited.
+func (e *RateLimited) RetryTime() time.Time { return e.RetryAt }
+
+// AsRateLimited finds a rate-limit refusal in err's chain: a *RateLimited
+// or any error answering RetryTime.
+func AsRateLimited(err error) (*RateLimited, bool) {
+	var limited *RateLimited
+	if errors.As(err, &limited) {
+		return limited, true
+	}
+	var timed interface{ RetryTime() time.Time }
+	if errors.As(err, &timed) {
+		return &RateLimited{RetryAt: timed.RetryTime()}, true
+	}
+	return nil, false
+}
+
 // Limiter spaces one credential's calls, shared by every process and
 // workflow that uses it. Key is a digest of the token, never the token.
 type Limiter interface {

@@ -292,11 +292,19 @@ func retried[T any](ctx context.Context, p *Provider, what string, call func() (
 		}
 		return v, backoff.Permanent(mapped)
 	}, backoff.WithBackOff(b), backoff.WithMaxTries(p.tries), backoff.WithMaxElapsedTime(0))
-	if err != nil && ctx.Err() != nil && !errors.Is(err, providers.ErrUnavailable) {
+	if err != nil && !mapped(err) {
 		// The retry stopped on the caller's deadline: an outage to the caller.
 		err = fmt.Errorf("digitalocean: %s: %w: %w", what, providers.ErrUnavailable, err)
 	}
 	return v, err
+}
+
+// mapped says err already is one of the seam's errors (backoff answers
+// the context's own error when the caller's deadline stops it).
+func mapped(err error) bool {
+	var limited *providers.RateLimited
+	return errors.Is(err, providers.ErrUnavailable) || errors.Is(err, providers.ErrNotFound) ||
+		errors.Is(err, providers.ErrRefused) || errors.As(err, &limited)
 }
 
 // retryable is an outage or a provider's 429; the limiter's own refusal

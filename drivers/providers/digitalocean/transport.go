@@ -43,6 +43,9 @@ func (t *limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
+		if limited, ok := providers.AsRateLimited(err); ok {
+			err = limited
+		}
 		return nil, fmt.Errorf("%w: waiting for the rate limiter: %w", providers.ErrNotSent, err)
 	}
 	out := req.Clone(ctx)
