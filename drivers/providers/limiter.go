@@ -120,16 +120,23 @@ func (l *MemoryLimiter) refill(key string, now time.Time) *memoryBuckets {
 
 // Observe lowers the window the headers describe (the one whose Limit is
 // limit, else the longest) to remaining, and with nothing remaining
-// blocks key until reset: the provider counts calls this process did not
-// see (other processes, other tools with the same token).
+// blocks key until reset, which frees one call: the provider counts calls
+// this process did not see (other tools with the same token).
 func (l *MemoryLimiter) Observe(_ context.Context, key string, limit, remaining int, reset time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	b := l.refill(key, now)
 	i := ObservedWindow(l.windows, limit)
-	b.tokens[i] = min(b.tokens[i], float64(max(remaining, 0)))
-	if remaining <= 0 && reset.After(b.blockedUntil) {
+	w := l.windows[i]
+	if remaining > 0 || !reset.After(now) {
+		b.tokens[i] = min(b.tokens[i], float64(max(remaining, 0)))
+		return
+	}
+	// Nothing remains until reset, when the oldest call leaves the window:
+	// the bucket is set to refill to one token exactly then.
+	b.tokens[i] = min(b.tokens[i], 1-float64(reset.Sub(now))*float64(w.Limit)/float64(w.Period))
+	if reset.After(b.blockedUntil) {
 		b.blockedUntil = reset
 	}
 }

@@ -202,12 +202,19 @@ func (l *Limiter) take(ctx context.Context, key string) (bool, time.Duration, er
 
 // observeSQL lowers one window to what the provider says remains, and
 // with nothing remaining blocks the key until the reset.
+// With nothing remaining until a reset to come, the bucket is set to
+// refill to one token exactly at the reset (the oldest call leaves the
+// window then).
 const observeSQL = `
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE provider_rate_limits SET
 	tokens = least(capacity::float8,
-	               tokens + greatest(0, extract(epoch FROM (clock_timestamp() - refilled_at)) * 1000) * capacity / period_ms,
-	               $3::float8),
-	refilled_at = greatest(refilled_at, clock_timestamp())
+	               tokens + greatest(0, extract(epoch FROM (clock.t - refilled_at)) * 1000) * capacity / period_ms,
+	               CASE WHEN $3::float8 <= 0 AND $4::timestamptz > clock.t
+	                    THEN 1 - extract(epoch FROM ($4::timestamptz - clock.t)) * 1000 * capacity / period_ms
+	                    ELSE $3::float8 END),
+	refilled_at = greatest(refilled_at, clock.t)
+FROM clock
 WHERE key = $1 AND window_name = $2`
 
 const blockSQL = `
@@ -216,7 +223,7 @@ WHERE key = $1`
 
 // Observe lowers the window the headers describe (the one whose Limit is
 // limit, else the longest) to remaining; with nothing remaining it blocks
-// key until reset.
+// key until reset, which frees one call.
 func (l *Limiter) Observe(ctx context.Context, key string, limit, remaining int, reset time.Time) {
 	if checkKey(key) != nil {
 		return
@@ -224,11 +231,15 @@ func (l *Limiter) Observe(ctx context.Context, key string, limit, remaining int,
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
 	w := l.windows[observedWindow(l.windows, limit)]
-	if _, err := l.pool.Exec(ctx, observeSQL, key, w.Name, float64(max(remaining, 0))); err != nil {
-		l.log.WarnContext(ctx, "ratelimits: recording the provider's rate-limit headers", "error", err)
+	var resetAt *time.Time
+	if !reset.IsZero() {
+		resetAt = &reset
 	}
-	if remaining <= 0 && !reset.IsZero() {
+	if remaining <= 0 && resetAt != nil {
 		l.block(ctx, key, reset)
+	}
+	if _, err := l.pool.Exec(ctx, observeSQL, key, w.Name, float64(max(remaining, 0)), resetAt); err != nil {
+		l.log.WarnContext(ctx, "ratelimits: recording the provider's rate-limit headers", "error", err)
 	}
 }
 
