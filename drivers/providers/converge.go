@@ -206,7 +206,7 @@ func EnsurePower(ctx context.Context, p Provider, id string, on bool) (Server, e
 }
 
 // EnsurePower powers the server on or off and waits until it reads so. A
-// server already so is left alone; a new server powering up is waited for.
+// server already so is left alone; a new one is waited for before acting.
 func (c Convergence) EnsurePower(ctx context.Context, p Provider, id string, on bool) (Server, error) {
 	c = c.withDefaults()
 	want := ServerOff
@@ -217,22 +217,26 @@ func (c Convergence) EnsurePower(ctx context.Context, p Provider, id string, on 
 	if err != nil {
 		return Server{}, fmt.Errorf("providers: power %s: %w", id, err)
 	}
+	if s.Status == ServerNew {
+		// A server being created takes no action: wait until it is up.
+		if s, err = c.waitStatus(ctx, p, id, func(s Server) bool { return s.Status != ServerNew }); err != nil {
+			return Server{}, err
+		}
+	}
 	if s.Status == want {
 		return s, nil
 	}
-	if !(on && s.Status == ServerNew) {
-		var a Action
-		if on {
-			a, err = p.PowerOn(ctx, id)
-		} else {
-			a, err = p.PowerOff(ctx, id)
-		}
-		if err != nil {
-			return Server{}, fmt.Errorf("providers: power %s: %w", id, err)
-		}
-		if err := c.WaitAction(ctx, p, id, a); err != nil {
-			return Server{}, err
-		}
+	var a Action
+	if on {
+		a, err = p.PowerOn(ctx, id)
+	} else {
+		a, err = p.PowerOff(ctx, id)
+	}
+	if err != nil {
+		return Server{}, fmt.Errorf("providers: power %s: %w", id, err)
+	}
+	if err := c.WaitAction(ctx, p, id, a); err != nil {
+		return Server{}, err
 	}
 	return c.waitStatus(ctx, p, id, func(s Server) bool { return s.Status == want })
 }

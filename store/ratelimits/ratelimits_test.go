@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store/ratelimits"
 )
@@ -276,4 +277,31 @@ func BenchmarkWaitParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The PostgreSQL limiter is a providers.Limiter, and the providers'
+// windows convert to its own.
+var (
+	_ providers.Limiter = (*ratelimits.Limiter)(nil)
+	_                   = ratelimits.Window(providers.DigitalOceanWindows()[0])
+)
+
+func TestItServesTheDigitalOceanDriver(t *testing.T) {
+	s := testenv.Store(t)
+	var windows []ratelimits.Window
+	for _, w := range providers.DigitalOceanWindows() {
+		windows = append(windows, ratelimits.Window(w))
+	}
+	l := newLimiter(t, s.Pool, windows...)
+	k := providers.LimiterKey("dop_v1_token")
+	require.NoError(t, l.Wait(context.Background(), k))
+	l.Penalize(context.Background(), k, time.Now().Add(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	limited, ok := providers.AsRateLimited(l.Wait(ctx, k))
+	require.True(t, ok, "its refusal reads as the providers' RateLimited")
+	require.WithinDuration(t, time.Now().Add(time.Hour), limited.RetryAt, time.Minute)
+	var stored int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM provider_rate_limits WHERE key = $1`, k).Scan(&stored))
+	require.Equal(t, 2, stored, "one bucket per window, under the digest")
 }

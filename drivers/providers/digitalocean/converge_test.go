@@ -285,3 +285,36 @@ func TestEnsureHelpersWaitOutAnOutageWhilePolling(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, providers.ServerOff, got.Status)
 }
+
+func TestEnsurePowerWaitsForANewServer(t *testing.T) {
+	tests := []struct {
+		name    string
+		on      bool
+		actions int
+	}{
+		{name: "on", on: true},
+		{name: "off", on: false, actions: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newDOServer(t)
+			s.bootReads = 3
+			p := open(t, s, providers.NewMemoryLimiter())
+			req, tag := request()
+			ctx := context.Background()
+			srv, _, err := fast.EnsureServer(ctx, p, req, tag, nil)
+			require.NoError(t, err)
+			require.Equal(t, providers.ServerNew, srv.Status)
+			got, err := fast.EnsurePower(ctx, p, srv.ID, tt.on)
+			require.NoError(t, err)
+			want := providers.ServerOff
+			if tt.on {
+				want = providers.ServerActive
+			}
+			require.Equal(t, want, got.Status)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			require.Len(t, s.actions, tt.actions, "no action on a server still being created")
+		})
+	}
+}

@@ -39,6 +39,8 @@ type doServer struct {
 	actionPolls int
 	// rateHeaders are added to every answer.
 	rateHeaders http.Header
+	// bootReads is how many reads a new droplet stays "new".
+	bootReads int
 	// pageSize overrides the client's per_page (0: the client's).
 	pageSize int
 }
@@ -60,6 +62,7 @@ type droplet struct {
 		V4 []map[string]string `json:"v4"`
 	} `json:"networks"`
 	hiddenFor int
+	newFor    int
 }
 
 type action struct {
@@ -218,7 +221,10 @@ func (s *doServer) createDroplet(w http.ResponseWriter, r *http.Request) {
 	s.createBodies = append(s.createBodies, body)
 	s.nextID++
 	d := &droplet{ID: s.nextID, Name: req.Name, Memory: 1024, Vcpus: 1, Disk: 25, Status: "active", SizeSlug: req.Size, Tags: req.Tags,
-		CreatedAt: time.Now().UTC().Format(time.RFC3339), hiddenFor: s.listLag}
+		CreatedAt: time.Now().UTC().Format(time.RFC3339), hiddenFor: s.listLag, newFor: s.bootReads}
+	if d.newFor > 0 {
+		d.Status = "new"
+	}
 	d.Region.Slug = req.Region
 	d.Networks.V4 = []map[string]string{{"ip_address": "203.0.113.7", "type": "public"}, {"ip_address": "10.0.0.7", "type": "private"}}
 	s.droplets = append(s.droplets, d)
@@ -250,6 +256,11 @@ func (s *doServer) getDroplet(w http.ResponseWriter, r *http.Request) {
 	d, ok := s.find(w, r)
 	var copy droplet
 	if ok {
+		if d.newFor > 0 {
+			if d.newFor--; d.newFor == 0 {
+				d.Status = "active"
+			}
+		}
 		copy = *d
 	}
 	s.mu.Unlock()
