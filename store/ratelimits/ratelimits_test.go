@@ -261,13 +261,14 @@ func BenchmarkWait(b *testing.B) {
 	}
 }
 
-// BenchmarkWaitParallel is Waits of one credential from many goroutines:
+// BenchmarkWaitParallel is Waits of one credential from 4 goroutines a core:
 // they serialize on the credential's rows.
 func BenchmarkWaitParallel(b *testing.B) {
 	s := testenv.Store(b)
 	l := newLimiter(b, s.Pool, ratelimits.Window{Name: "minute", Limit: 1 << 30, Period: time.Minute}, ratelimits.Window{Name: "hour", Limit: 1 << 30, Period: time.Hour})
 	k := key("bench-parallel")
 	ctx := context.Background()
+	b.SetParallelism(4)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
