@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,9 @@ import (
 
 // Kind is the provider's name in accounts and credentials.
 const Kind = "digitalocean"
+
+// defaultBaseURL is DigitalOcean's API, used when a credential names none.
+const defaultBaseURL = "https://api.digitalocean.com/"
 
 // perPage is the page size of every list (DigitalOcean's maximum).
 const perPage = 200
@@ -65,24 +69,24 @@ func (f *Factory) Open(_ context.Context, c providers.Credential) (providers.Pro
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	hc := &http.Client{
-		Timeout:       f.client.Timeout,
-		CheckRedirect: f.client.CheckRedirect,
-		Transport: &limitedTransport{
-			base: base, limiter: f.limiter, key: providers.LimiterKey(token), token: token, now: time.Now,
-		},
+	baseURL := defaultBaseURL
+	if c.BaseURL != "" {
+		baseURL = c.BaseURL
+		if !strings.HasSuffix(baseURL, "/") {
+			baseURL += "/"
+		}
 	}
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("digitalocean: the base URL %q: %w", c.BaseURL, providers.ErrRefused)
+	}
+	transport := &limitedTransport{
+		base: base, limiter: f.limiter, key: providers.LimiterKey(token), token: token, host: u.Host, now: time.Now,
+	}
+	hc := &http.Client{Timeout: f.client.Timeout, CheckRedirect: f.client.CheckRedirect, Transport: transport}
 	// godo.New, not NewFromToken: NewFromToken turns on go-retryablehttp,
 	// which retries 429s and 5xx of every method, creates included.
-	opts := []godo.ClientOpt{godo.SetUserAgent("better-compute")}
-	if c.BaseURL != "" {
-		u := c.BaseURL
-		if !strings.HasSuffix(u, "/") {
-			u += "/"
-		}
-		opts = append(opts, godo.SetBaseURL(u))
-	}
-	client, err := godo.New(hc, opts...)
+	client, err := godo.New(hc, godo.SetUserAgent("better-compute"), godo.SetBaseURL(baseURL))
 	if err != nil {
 		return nil, fmt.Errorf("digitalocean: the base URL %q: %w", c.BaseURL, providers.ErrRefused)
 	}
@@ -365,7 +369,8 @@ func mapError(what string, err error) error {
 		}
 	}
 	var limited *providers.RateLimited
-	if errors.As(err, &limited) {
+	if errors.As(err, &limited) || errors.Is(err, providers.ErrRefused) {
+		// The limiter's refusal, or the transport's (a redirect elsewhere).
 		return fmt.Errorf("digitalocean: %s: %w", what, err)
 	}
 	return fmt.Errorf("digitalocean: %s: %w: %w", what, providers.ErrUnavailable, err)

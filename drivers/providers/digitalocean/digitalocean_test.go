@@ -258,9 +258,29 @@ func TestTheLimiterHearsTheHeaders(t *testing.T) {
 	require.Equal(t, sent, s.requests, "refused before sending")
 }
 
+func TestTheTokenGoesOnlyToTheAPIsHost(t *testing.T) {
+	elsewhere := newDOServer(t)
+	s := newDOServer(t)
+	s.before = func(r *http.Request, _ int) (int, http.Header) {
+		return http.StatusFound, http.Header{"Location": {elsewhere.srv.URL + "/v2/droplets"}}
+	}
+	p := open(t, s, providers.NewMemoryLimiter())
+	err := listTagged(p)
+	require.ErrorIs(t, err, providers.ErrRefused)
+	require.NotErrorIs(t, err, providers.ErrUnavailable)
+	require.Equal(t, 1, s.requests, "a refusal is not retried")
+	require.Zero(t, elsewhere.requests, "the redirect was not followed")
+	require.NotContains(t, err.Error(), token)
+}
+
 func TestOpenRefusesBadCredentials(t *testing.T) {
 	f := digitalocean.NewFactory(providers.NewMemoryLimiter(), nil)
-	for _, c := range []providers.Credential{{Kind: "aws", Token: "x"}, {Kind: digitalocean.Kind, Token: "  "}} {
+	for _, c := range []providers.Credential{
+		{Kind: "aws", Token: "x"},
+		{Kind: digitalocean.Kind, Token: "  "},
+		{Kind: digitalocean.Kind, Token: "x", BaseURL: "ftp://example.com"},
+		{Kind: digitalocean.Kind, Token: "x", BaseURL: "/relative"},
+	} {
 		_, err := f.Open(context.Background(), c)
 		require.ErrorIs(t, err, providers.ErrRefused, "%+v", c.Kind)
 	}

@@ -34,11 +34,20 @@ type limitedTransport struct {
 	limiter providers.Limiter
 	key     string
 	token   string
-	now     func() time.Time
+	// host is the API's host: the token goes nowhere else (a redirect
+	// elsewhere is refused, not followed with the token).
+	host string
+	now  func() time.Time
 }
 
 func (t *limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
+	if req.URL.Host != t.host {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, fmt.Errorf("%w: %w: the token is only sent to %s, not %s", providers.ErrNotSent, providers.ErrRefused, t.host, req.URL.Host)
+	}
 	if err := t.limiter.Wait(ctx, t.key); err != nil {
 		if req.Body != nil {
 			_ = req.Body.Close()
