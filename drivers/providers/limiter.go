@@ -118,10 +118,12 @@ func (l *MemoryLimiter) refill(key string, now time.Time) *memoryBuckets {
 	return b
 }
 
-// Observe lowers the window the headers describe (the one whose Limit is
-// limit, else the longest) to remaining, and with nothing remaining
-// blocks key until reset, which frees one call: the provider counts calls
-// this process did not see (other tools with the same token).
+// Observe sets the window the headers describe (the one whose Limit is
+// limit, else the longest) to what remains of it: the provider counts
+// every call of the token (other tools' too) and its sliding window frees
+// calls as they age, so its count replaces ours, up or down. With nothing
+// remaining it blocks key until reset, which frees one call; that call's
+// answer says how many more.
 func (l *MemoryLimiter) Observe(_ context.Context, key string, limit, remaining int, reset time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -130,12 +132,12 @@ func (l *MemoryLimiter) Observe(_ context.Context, key string, limit, remaining 
 	i := ObservedWindow(l.windows, limit)
 	w := l.windows[i]
 	if remaining > 0 || !reset.After(now) {
-		b.tokens[i] = min(b.tokens[i], float64(max(remaining, 0)))
+		b.tokens[i] = min(float64(w.Limit), float64(max(remaining, 0)))
 		return
 	}
 	// Nothing remains until reset, when the oldest call leaves the window:
 	// the bucket is set to refill to one token exactly then.
-	b.tokens[i] = min(b.tokens[i], 1-float64(reset.Sub(now))*float64(w.Limit)/float64(w.Period))
+	b.tokens[i] = 1 - float64(reset.Sub(now))*float64(w.Limit)/float64(w.Period)
 	if reset.After(b.blockedUntil) {
 		b.blockedUntil = reset
 	}

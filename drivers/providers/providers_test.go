@@ -65,11 +65,20 @@ func TestMemoryLimiterBuckets(t *testing.T) {
 			calls: []call{{0, 0}, {0, 12*time.Minute + 1}},
 		},
 		{
-			name: "a remainder above the bucket's changes nothing",
+			name: "a remainder above the limit fills the window, no more",
 			before: func(l *MemoryLimiter) {
 				l.Observe(context.Background(), "k", 5, 4000, t0.Add(time.Hour))
 			},
 			calls: []call{{0, 0}, {0, 0}, {0, 0}, {0, 20*time.Second + 1}},
+		},
+		{
+			name: "a remainder the provider freed raises the window again",
+			before: func(l *MemoryLimiter) {
+				l.Observe(context.Background(), "k", 5, 0, t0.Add(time.Second))
+				l.now = func() time.Time { return t0.Add(time.Second) }
+				l.Observe(context.Background(), "k", 5, 4, t0.Add(time.Hour))
+			},
+			calls: []call{{time.Second, 0}, {time.Second, 0}, {time.Second, 0}, {time.Minute, 0}, {time.Minute, 11*time.Minute + time.Second}}, // 720 s a token, 59 s of it refilled
 		},
 	}
 	for _, tt := range tests {

@@ -202,17 +202,17 @@ func (l *Limiter) take(ctx context.Context, key string) (bool, time.Duration, er
 
 // observeSQL lowers one window to what the provider says remains, and
 // with nothing remaining blocks the key until the reset.
-// With nothing remaining until a reset to come, the bucket is set to
-// refill to one token exactly at the reset (the oldest call leaves the
-// window then).
+// observeSQL sets one window to what the provider says remains of it (its
+// count replaces ours, up or down). With nothing remaining until a reset
+// to come, the bucket is set to refill to one token exactly at the reset
+// (the oldest call leaves the window then; that call's answer says how
+// many more).
 const observeSQL = `
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE provider_rate_limits SET
-	tokens = least(capacity::float8,
-	               tokens + greatest(0, extract(epoch FROM (clock.t - refilled_at)) * 1000) * capacity / period_ms,
-	               CASE WHEN $3::float8 <= 0 AND $4::timestamptz > clock.t
-	                    THEN 1 - extract(epoch FROM ($4::timestamptz - clock.t)) * 1000 * capacity / period_ms
-	                    ELSE $3::float8 END),
+	tokens = CASE WHEN $3::float8 <= 0 AND $4::timestamptz > clock.t
+	              THEN 1 - extract(epoch FROM ($4::timestamptz - clock.t)) * 1000 * capacity / period_ms
+	              ELSE least(capacity::float8, $3::float8) END,
 	refilled_at = greatest(refilled_at, clock.t)
 FROM clock
 WHERE key = $1 AND window_name = $2`
@@ -221,7 +221,7 @@ const blockSQL = `
 UPDATE provider_rate_limits SET blocked_until = greatest(blocked_until, $2)
 WHERE key = $1`
 
-// Observe lowers the window the headers describe (the one whose Limit is
+// Observe sets the window the headers describe (the one whose Limit is
 // limit, else the longest) to remaining; with nothing remaining it blocks
 // key until reset, which frees one call.
 func (l *Limiter) Observe(ctx context.Context, key string, limit, remaining int, reset time.Time) {
