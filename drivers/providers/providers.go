@@ -156,6 +156,25 @@ func (e *RateLimited) Error() string {
 	return "provider: rate limited until " + e.RetryAt.UTC().Format(time.RFC3339)
 }
 
+// RetryTime is when the next call may go. A Limiter's own refusal may be
+// any error with this method (store/ratelimits cannot name this type);
+// the providers' transports turn it into a *RateLimited.
+func (e *RateLimited) RetryTime() time.Time { return e.RetryAt }
+
+// AsRateLimited finds a rate-limit refusal in err's chain: a *RateLimited
+// or any error answering RetryTime.
+func AsRateLimited(err error) (*RateLimited, bool) {
+	var limited *RateLimited
+	if errors.As(err, &limited) {
+		return limited, true
+	}
+	var timed interface{ RetryTime() time.Time }
+	if errors.As(err, &timed) {
+		return &RateLimited{RetryAt: timed.RetryTime()}, true
+	}
+	return nil, false
+}
+
 // Limiter spaces one credential's calls, shared by every process and
 // workflow that uses it. Key is a digest of the token, never the token.
 type Limiter interface {
@@ -166,4 +185,33 @@ type Limiter interface {
 	Observe(ctx context.Context, key string, limit, remaining int, reset time.Time)
 	// Penalize stops the credential's calls until until (after a 429).
 	Penalize(ctx context.Context, key string, until time.Time)
+}
+
+// More errors of the seam (extending the set above).
+var (
+	// ErrNotSent marks an ErrUnavailable whose request never left this
+	// process (the connection was refused or not dialled): it certainly
+	// took no effect.
+	ErrNotSent = errors.New("provider: request not sent")
+	// ErrOutcomeUnknown is EnsureServer's answer when a create was sent
+	// whose outcome is unknown and the server is not listed yet: the
+	// caller retries the lookup later and must not create again.
+	ErrOutcomeUnknown = errors.New("provider: create outcome unknown")
+)
+
+// Window is one rate-limit window of a credential: at most Limit calls in
+// any Period, refilled continuously (a token bucket of Limit tokens).
+type Window struct {
+	Name   string
+	Limit  int
+	Period time.Duration
+}
+
+// DigitalOceanWindows are DigitalOcean's published limits per token: 250
+// requests a minute and 5,000 an hour.
+func DigitalOceanWindows() []Window {
+	return []Window{
+		{Name: "minute", Limit: 250, Period: time.Minute},
+		{Name: "hour", Limit: 5000, Period: time.Hour},
+	}
 }
