@@ -47,23 +47,23 @@ type AccountInput struct {
 
 // UpdateInput is providerAccounts.update's input; fields left out are kept.
 type UpdateInput struct {
-	TenantID          string   `json:"tenantId" jsonschema:"required" id:"tenant"`
-	ProviderAccountID string   `json:"providerAccountId" jsonschema:"required" id:"pacct"`
-	Name              *string  `json:"name,omitempty" jsonschema:"maxLength=63,pattern=^[a-z0-9]([-a-z0-9]{0\\,61}[a-z0-9])?$"`
-	CredentialRef     *string  `json:"credentialRef,omitempty" jsonschema:"maxLength=256,pattern=^secret://"`
-	Regions           []string `json:"regions,omitempty" jsonschema:"maxItems=64,minLength=1,maxLength=32,pattern=^[a-z0-9][a-z0-9-]{0\\,31}$" jsonschema_description:"Replaces the regions; an empty list allows all of them."`
-	Previews          *bool    `json:"previews,omitempty"`
-	BaseURL           *string  `json:"baseUrl,omitempty" jsonschema:"maxLength=2048" jsonschema_description:"Replaces the API address override; empty removes it. The root tenant's accounts only."`
+	TenantID          string    `json:"tenantId" jsonschema:"required" id:"tenant"`
+	ProviderAccountID string    `json:"providerAccountId" jsonschema:"required" id:"pacct"`
+	Name              *string   `json:"name,omitempty" jsonschema:"maxLength=63,pattern=^[a-z0-9]([-a-z0-9]{0\\,61}[a-z0-9])?$"`
+	CredentialRef     *string   `json:"credentialRef,omitempty" jsonschema:"maxLength=256,pattern=^secret://"`
+	Regions           *[]string `json:"regions,omitempty" jsonschema:"maxItems=64,minLength=1,maxLength=32,pattern=^[a-z0-9][a-z0-9-]{0\\,31}$" jsonschema_description:"Replaces the regions; an empty list allows all of them."`
+	Previews          *bool     `json:"previews,omitempty"`
+	BaseURL           *string   `json:"baseUrl,omitempty" jsonschema:"maxLength=2048" jsonschema_description:"Replaces the API address override; empty removes it. The root tenant's accounts only."`
 }
 
 // The methods.
 const (
-	Create rpc.Ref[CreateInput, Account]               = "providerAccounts.create"
-	List   rpc.Ref[rpc.TenantListInput, AccountList]   = "providerAccounts.list"
-	Get    rpc.Ref[AccountInput, Account]              = "providerAccounts.get"
-	Offers rpc.Ref[AccountInput, OffersAnswer]         = "providerAccounts.offers"
-	Update rpc.Ref[UpdateInput, Account]               = "providerAccounts.update"
-	Delete rpc.Ref[AccountInput, Account]              = "providerAccounts.delete"
+	Create rpc.Ref[CreateInput, Account]             = "providerAccounts.create"
+	List   rpc.Ref[rpc.TenantListInput, AccountList] = "providerAccounts.list"
+	Get    rpc.Ref[AccountInput, Account]            = "providerAccounts.get"
+	Offers rpc.Ref[AccountInput, OffersAnswer]       = "providerAccounts.offers"
+	Update rpc.Ref[UpdateInput, Account]             = "providerAccounts.update"
+	Delete rpc.Ref[AccountInput, Account]            = "providerAccounts.delete"
 )
 
 // accounts is the domain's writes over the deployment's vault (made per
@@ -125,8 +125,11 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 		&rpc.Method[UpdateInput, Account]{Name: Update, Action: "compute:providers:manage", DecidedOn: "compute-provider-account",
 			Phase: "v0.3", Kind: core.KindMutation,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in UpdateInput) (Account, error) {
-				return accounts(d).Update(ctx, tx, c.TenantID, in.ProviderAccountID, domain.Change{Name: in.Name,
-					CredentialRef: in.CredentialRef, BaseURL: in.BaseURL, Regions: in.Regions, Previews: in.Previews})
+				ch := domain.Change{Name: in.Name, CredentialRef: in.CredentialRef, BaseURL: in.BaseURL, Previews: in.Previews}
+				if in.Regions != nil {
+					ch.Regions = append([]string{}, *in.Regions...)
+				}
+				return accounts(d).Update(ctx, tx, c.TenantID, in.ProviderAccountID, ch)
 			}},
 		&rpc.Method[AccountInput, Account]{Name: Delete, Action: "compute:providers:manage", DecidedOn: "compute-provider-account",
 			Phase: "v0.3", Kind: core.KindMutation,
