@@ -4,12 +4,14 @@ import (
 	"github.com/better-compute/better-compute/api/capacity"
 	"github.com/better-compute/better-compute/api/drivers"
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/flavors"
 	"github.com/better-compute/better-compute/api/images"
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/profiles"
 	"github.com/better-compute/better-compute/api/projects"
+	"github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/secrets"
@@ -36,4 +38,6 @@ var Domains = []rpc.Domain{
 	images.Methods,
 	profiles.Domain(workflowstore.LiveCount),
 	workflows.Methods,
+	provideraccounts.Methods,
+	flavors.Methods,
 }

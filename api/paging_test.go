@@ -175,8 +175,31 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// flavors.list lists a vps-host pool's flavors.
+	vpsPool := e.classPool(site.ID, "paging-vps", "vps-host", "", "", "")
+
 	seq := func(item map[string]any) string { return fmt.Sprint(item["seq"]) }
 	cases := map[string]pagingCase{
+		"providerAccounts.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
+			ids := pagingIDs("pacct", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO provider_accounts (id, tenant_id, provider, name, credential_ref, created_by)
+				SELECT id, 'acme', 'digitalocean', id, 'secret://acme/do', 'idn_x' FROM unnest($1::text[]) id`, ids); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id)
+				SELECT $2, id, 'acme' FROM unnest($1::text[]) id`, ids, e.catalog.FullName("provider-account")); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
+		"flavors.list": {input: map[string]any{"tenantId": "acme", "poolId": vpsPool.ID}, insert: func(first, n int) []string {
+			ids := pagingIDs("flv", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO flavors (id, tenant_id, pool_id, name, vcpu, memory_mib, runtime)
+				SELECT id, 'acme', $2, id, 1, 1024, 'container' FROM unnest($1::text[]) id`, ids, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"projects.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
 			return e.cloneResource("projects", "project", project.ID, "prj", first, n, `'name', 'paging-' || g`)
 		}},

@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/api/images"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
@@ -79,6 +80,8 @@ type Deps struct {
 	// Blobs holds images' bytes (rpc.Deps); the upload endpoint
 	// (images.UploadPath) streams into it.
 	Blobs blobs.Store
+	// Providers opens capacity providers' APIs (rpc.Deps).
+	Providers providers.Factory
 }
 
 // RouteMounter puts routes on the API's router.
@@ -137,7 +140,7 @@ func New(deps Deps) (*Server, error) {
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
 		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts, Secrets: deps.Secrets,
-		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs}
+		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs, Providers: deps.Providers}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/store"
@@ -92,6 +93,9 @@ type Deps struct {
 	IAM iam.Port
 	// Metal tunes the metal domain (tests shorten its deadlines).
 	Metal MetalConfig
+	// Providers opens capacity providers' APIs for an account's credential
+	// (providerAccounts.offers); nil answers those calls UNAVAILABLE.
+	Providers providers.Factory
 }
 
 // MetalConfig tunes the metal domain's methods.
