@@ -8,14 +8,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/better-compute/better-compute/agent/nodespec"
+	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/agent/sshtrust"
 	"github.com/better-compute/better-compute/agent/sshtrust/sshdtest"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/internal/testutil"
 	nodesdomain "github.com/better-compute/better-compute/store/nodes"
 )
 
@@ -202,29 +206,39 @@ func TestSSHCertsAcrossTenants(t *testing.T) {
 	}
 }
 
-// Issue and revoke reach a real sshd through the NodeSpec and sshtrust:
-// node a's certificate logs in to node a, node b's does not, and after the
-// revocation the revoked certificate no longer does (no restart of sshd).
+// Issue and revoke reach a real sshd through the agent's real session:
+// the NodeSpec's sshd trust goes to session.Run's OnSpec hook, sshtrust's
+// keeper writes the files, and sshd (never restarted) lets node a's
+// certificate in, not node b's, and no longer the revoked one.
 func TestSSHCertsReachARealSSHD(t *testing.T) {
-	e := newEnv(t)
+	ae := newAgentEnv(t, time.Minute, "")
 	ctx := context.Background()
-	c := e.client(e.boot.UserToken)
-	a, b := e.sshNodes()
+	c := ae.client(ae.boot.UserToken)
+	a := ae.node
+	b := ae.env.node(schedulableNode(ae.pool.ID, "ssh-b"), nil)
 	dir := t.TempDir()
 	w := &sshtrust.Writer{Dir: filepath.Join(dir, "node-a")}
 	if err := w.Ensure(); err != nil {
 		t.Fatal(err)
 	}
 	sshd := sshdtest.Start(t, w.SnippetPath())
-	converge := func() {
+	keeper := sshtrust.NewKeeper(w, nil)
+	kctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { keeper.Run(kctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	stateDir := t.TempDir()
+	spec, err := nodespec.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ae.run(session.Options{StateDir: stateDir, NodeSpec: spec, OnSpec: keeper.OnSpec})
+
+	// converged waits until the keeper wrote node a's current generation.
+	converged := func() {
 		t.Helper()
-		_, spec, err := nodesdomain.Spec(ctx, e.store.Pool, a.ID)
-		if err != nil || spec.SSH == nil {
-			t.Fatalf("node a's spec = %+v, %v", spec.SSH, err)
-		}
-		if err := w.Write(ctx, *spec.SSH); err != nil {
-			t.Fatal(err)
-		}
+		g := ae.env.generation(a.ID)
+		testutil.Eventually(t, 30*time.Second, "the node's sshd trust is written", func() bool { return keeper.Applied() >= g })
 	}
 	issue := func(nodeID, name string) (key, certFile, id string) {
 		t.Helper()
@@ -238,7 +252,7 @@ func TestSSHCertsReachARealSSHD(t *testing.T) {
 	keyA, certA, idA := issue(a.ID, "alice")
 	keyA2, certA2, _ := issue(a.ID, "carol")
 	keyB, certB, _ := issue(b.ID, "bob")
-	converge()
+	converged()
 	for _, l := range []struct {
 		name, key, cert string
 		ok              bool
@@ -254,7 +268,7 @@ func TestSSHCertsReachARealSSHD(t *testing.T) {
 	if _, err := nodes.RevokeSSHCert.Call(ctx, c, nodes.SSHCertInput{TenantID: "acme", NodeID: a.ID, CertificateID: idA}); err != nil {
 		t.Fatal(err)
 	}
-	converge()
+	converged()
 	if out, err := sshd.Login("root", keyA, certA); err == nil {
 		t.Fatalf("the revoked certificate logged in: %s", out)
 	}
@@ -264,4 +278,12 @@ func TestSSHCertsReachARealSSHD(t *testing.T) {
 	if !strings.Contains(sshd.Log(), "revoked by file") {
 		t.Fatalf("sshd did not refuse by its revocation list:\n%s", sshd.Log())
 	}
+	// The agent reported the generation it converged on.
+	testutil.EventuallyNil(t, 30*time.Second, func() error {
+		got, err := nodes.Get.Call(ctx, c, nodes.NodeInput{TenantID: "acme", NodeID: a.ID})
+		if err != nil || got.ObservedGeneration != got.Generation {
+			return fmt.Errorf("node a observed %d of %d, %v", got.ObservedGeneration, got.Generation, err)
+		}
+		return nil
+	})
 }
