@@ -57,6 +57,13 @@ type SSH struct {
 	TrustedUserCAKeys []string `json:"trustedUserCaKeys"`
 	// RevokedKeys are the revoked certificates and keys, in
 	// authorized_keys format (sshd's RevokedKeys takes such a file or a
-	// KRL).
+	// KRL). bcd builds a KRL of them (ssh-keygen -k): a certificate line
+	// revokes that certificate alone (its CA and serial), not its key.
 	RevokedKeys []string `json:"revokedKeys"`
+	// AuthorizedPrincipals are, per Unix user, the certificate principals
+	// that log in as that user (sshd's AuthorizedPrincipalsFile): the
+	// control plane names the node in each (<user>@<nodeId>), so a
+	// certificate issued for another node never matches. A user not
+	// listed accepts no certificate.
+	AuthorizedPrincipals map[string][]string `json:"authorizedPrincipals,omitempty"`
 }

@@ -125,11 +125,10 @@ const (
 // methods are the handlers and what they share.
 type methods struct{ d rpc.Deps }
 
-// Methods describes the nodes domain's methods. The nodes' SSH
-// certificates stay planned.
+// Methods describes the nodes domain's methods.
 func Methods(d rpc.Deps) []rpc.Descriptor {
 	m := methods{d}
-	return append(m.nodes(), append(m.joins(), append(m.inventory(), m.commands()...)...)...)
+	return append(m.nodes(), append(m.joins(), append(m.inventory(), append(m.commands(), m.sshCerts()...)...)...)...)
 }
 
 func (m methods) nodes() []rpc.Descriptor {

@@ -26,6 +26,7 @@ import (
 func nodeRunCommand() *cobra.Command {
 	var (
 		stateDir, cdiDir, endpoint string
+		sshdDir                    string
 		inv                        agentinv.Options
 	)
 	cmd := &cobra.Command{
@@ -49,13 +50,15 @@ func nodeRunCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return runNodeSession(ctx, id, nodeSessionFlags{stateDir: stateDir, cdiDir: cdiDir, inv: inv})
+			return runNodeSession(ctx, id, nodeSessionFlags{stateDir: stateDir, cdiDir: cdiDir, sshdDir: sshdDir, inv: inv})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&stateDir, "state-dir", "", "where bcd node join kept the node's identity (required)")
 	f.StringVar(&endpoint, "agent-endpoint", "", "the agent listener to connect to (default: the one told at join)")
 	f.StringVar(&cdiDir, "cdi-dir", "", "where CDI specs are written (default /etc/cdi; <state-dir>/cdi with --simulate-gpus)")
+	f.StringVar(&sshdDir, "sshd-dir", "", "where sshd's certificate trust is kept, with the sshd_config snippet to include (default "+
+		"/etc/ssh/better-compute; <state-dir>/sshd with --simulate-gpus; none: not kept)")
 	f.StringVar(&inv.Root, "root", "", "filesystem root to read /sys, /proc and /etc under (default /)")
 	f.StringVar(&inv.SimulateGPUs, "simulate-gpus", "", "report simulated GPUs instead of NVML's, e.g. 8xH100-SXM5-80GB")
 	f.StringVar(&inv.Seed, "seed", "", "seed of simulated GPU UUIDs (default the hostname)")
@@ -64,6 +67,7 @@ func nodeRunCommand() *cobra.Command {
 
 type nodeSessionFlags struct {
 	stateDir, cdiDir string
+	sshdDir          string
 	inv              agentinv.Options
 }
 
@@ -90,6 +94,7 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 	log.Info("node session starting", "node", id.NodeID, "endpoint", id.AgentEndpoint, "version", version)
 	return session.Run(ctx, session.Options{
 		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec,
+		OnSpec:    specHooks(sshTrust(ctx, sshdDirOf(f.sshdDir, f.stateDir, simulate), log)),
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
 	})
 }
