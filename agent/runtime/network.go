@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -178,7 +177,8 @@ func (r *Runtime) freeNetwork(id string) error {
 		}
 	}
 	if linkExists(ctx, r.hostVeth(id)) {
-		if err := ip(ctx, "link", "del", r.hostVeth(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Deleting the namespace deletes the pair, not always at once.
+		if err := ip(ctx, "link", "del", r.hostVeth(id)); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 			return err
 		}
 	}

@@ -99,8 +99,7 @@ type Runtime struct {
 	desired    map[string]nodespec.Instance
 	workers    map[string]chan struct{}
 	statuses   map[string]protocol.InstanceStatus
-	sends      map[int]func(any) error
-	nextSend   int
+	sessions   map[*reporter]bool
 	wg         sync.WaitGroup
 }
 
@@ -151,7 +150,7 @@ func New(o Options) (*Runtime, error) {
 	}
 	return &Runtime{o: o, log: o.Logger.With("component", "runtime"), prefix: pfx.Masked(), gw: pfx.Addr(),
 		images: map[string]*sync.Mutex{}, desired: map[string]nodespec.Instance{}, workers: map[string]chan struct{}{},
-		statuses: map[string]protocol.InstanceStatus{}, sends: map[int]func(any) error{}}, nil
+		statuses: map[string]protocol.InstanceStatus{}, sessions: map[*reporter]bool{}}, nil
 }
 
 func (r *Runtime) instancesDir() string         { return filepath.Join(r.o.StateDir, "instances") }
@@ -230,25 +229,67 @@ func (r *Runtime) OnSpec(generation int64, spec nodespec.Spec) {
 	r.kickAll()
 }
 
+// reporter is one session's outbox: changes wait in pending (the last
+// of each instance) and full asks for a Full report instead (an instance
+// was removed), so a slow session never holds up the runtime.
+type reporter struct {
+	wake    chan struct{}
+	pending map[string]protocol.InstanceStatus
+	full    bool
+}
+
 // OnSession reports every instance (a Full instances frame) on a welcomed
-// session, then each change on it until ctx ends (session.Options.OnSession).
+// session, then the changes on it until ctx ends (session.Options.OnSession).
 func (r *Runtime) OnSession(ctx context.Context, send func(frame any) error) {
+	rep := &reporter{wake: make(chan struct{}, 1), pending: map[string]protocol.InstanceStatus{}, full: true}
 	r.mu.Lock()
-	id := r.nextSend
-	r.nextSend++
-	full := r.sortedStatusesLocked()
-	r.sends[id] = send
-	// The full report goes out under the lock, so no change reported
-	// after it can overtake it.
-	err := send(protocol.Instances{Type: protocol.FrameInstances, Full: true, Statuses: full})
+	r.sessions[rep] = true
 	r.mu.Unlock()
-	if err != nil {
-		r.log.Warn("runtime: the full instances report", "error", err)
+	defer func() {
+		r.mu.Lock()
+		delete(r.sessions, rep)
+		r.mu.Unlock()
+	}()
+	for {
+		r.mu.Lock()
+		frame := protocol.Instances{Type: protocol.FrameInstances, Full: rep.full}
+		if rep.full {
+			frame.Statuses = r.sortedStatusesLocked()
+		} else {
+			for _, st := range rep.pending {
+				frame.Statuses = append(frame.Statuses, st)
+			}
+			sort.Slice(frame.Statuses, func(i, j int) bool { return frame.Statuses[i].ID < frame.Statuses[j].ID })
+		}
+		rep.full, rep.pending = false, map[string]protocol.InstanceStatus{}
+		r.mu.Unlock()
+		if frame.Full || len(frame.Statuses) > 0 {
+			if err := send(frame); err != nil {
+				r.log.Warn("runtime: an instances report", "full", frame.Full, "error", err)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-rep.wake:
+		}
 	}
-	<-ctx.Done()
-	r.mu.Lock()
-	delete(r.sends, id)
-	r.mu.Unlock()
+}
+
+// notifyLocked hands a change to every session: st, or (nil) a Full report.
+func (r *Runtime) notifyLocked(st *protocol.InstanceStatus) {
+	for rep := range r.sessions {
+		if st == nil {
+			rep.full = true
+		} else {
+			rep.pending[st.ID] = *st
+		}
+		select {
+		case rep.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Statuses answers what the runtime observed of every instance, by id.
@@ -275,8 +316,7 @@ func (r *Runtime) sortedStatusesLocked() []protocol.InstanceStatus {
 	return out
 }
 
-// setStatus records s and reports it when it changed; gone drops it (the
-// instance was removed) and reports nothing more: a Full report lacks it.
+// setStatus records s and reports it when it changed.
 func (r *Runtime) setStatus(s protocol.InstanceStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -284,18 +324,19 @@ func (r *Runtime) setStatus(s protocol.InstanceStatus) {
 		return
 	}
 	r.statuses[s.ID] = s
-	frame := protocol.Instances{Type: protocol.FrameInstances, Statuses: []protocol.InstanceStatus{s}}
-	for _, send := range r.sends {
-		if err := send(frame); err != nil {
-			r.log.Warn("runtime: an instances report", "instance", s.ID, "error", err)
-		}
-	}
+	r.notifyLocked(&s)
 }
 
+// dropStatus forgets a removed instance: sessions get a Full report,
+// which lacks it.
 func (r *Runtime) dropStatus(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.statuses[id]; !ok {
+		return
+	}
 	delete(r.statuses, id)
+	r.notifyLocked(nil)
 }
 
 // kickAll wakes the worker of every instance desired or held on disk.

@@ -27,6 +27,7 @@ func nodeRunCommand() *cobra.Command {
 	var (
 		stateDir, cdiDir, endpoint string
 		inv                        agentinv.Options
+		instances                  instanceFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -49,10 +50,11 @@ func nodeRunCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return runNodeSession(ctx, id, nodeSessionFlags{stateDir: stateDir, cdiDir: cdiDir, inv: inv})
+			return runNodeSession(ctx, id, nodeSessionFlags{stateDir: stateDir, cdiDir: cdiDir, inv: inv, instances: instances})
 		},
 	}
 	f := cmd.Flags()
+	instances.register(f)
 	f.StringVar(&stateDir, "state-dir", "", "where bcd node join kept the node's identity (required)")
 	f.StringVar(&endpoint, "agent-endpoint", "", "the agent listener to connect to (default: the one told at join)")
 	f.StringVar(&cdiDir, "cdi-dir", "", "where CDI specs are written (default /etc/cdi; <state-dir>/cdi with --simulate-gpus)")
@@ -65,6 +67,8 @@ func nodeRunCommand() *cobra.Command {
 type nodeSessionFlags struct {
 	stateDir, cdiDir string
 	inv              agentinv.Options
+	// instances configure the instance runtime; zero: its defaults.
+	instances instanceFlags
 }
 
 // runNodeSession holds the node's session with identity id until ctx ends:
@@ -87,9 +91,18 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 		return err
 	}
 	exec := &commands.Executor{StateDir: f.stateDir, CDIDir: cdiDir, Simulate: simulate, ObservedGeneration: spec.Observed}
+	client := session.NewHTTPClient(id)
+	// The instance runtime converges at once on the instances of the spec
+	// kept in the state directory, then on each spec the session applies.
+	rt, waitRuntime, err := startInstanceRuntime(ctx, id, client, f.stateDir, cdiDir, f.instances, log)
+	if err != nil {
+		return err
+	}
+	defer waitRuntime()
+	_ = rt // TODO(lead): session.Options{OnSpec: rt.OnSpec, OnSession: rt.OnSession} once agent/session's hooks land
 	log.Info("node session starting", "node", id.NodeID, "endpoint", id.AgentEndpoint, "version", version)
 	return session.Run(ctx, session.Options{
-		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec,
+		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec, HTTPClient: client,
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
 	})
 }
