@@ -96,11 +96,14 @@ type Runtime struct {
 	specKnown bool
 	// generation is the spec's the runtime converges on.
 	generation int64
-	desired    map[string]nodespec.Instance
-	workers    map[string]chan struct{}
-	statuses   map[string]protocol.InstanceStatus
-	sessions   map[*reporter]bool
-	wg         sync.WaitGroup
+	// retry marks the instances a spec came for since their last step: a
+	// failed one is tried again then, not on a resync.
+	retry    map[string]bool
+	desired  map[string]nodespec.Instance
+	workers  map[string]chan struct{}
+	statuses map[string]protocol.InstanceStatus
+	sessions map[*reporter]bool
+	wg       sync.WaitGroup
 }
 
 // New checks o and answers a Runtime; nothing runs until Run.
@@ -150,7 +153,7 @@ func New(o Options) (*Runtime, error) {
 	}
 	return &Runtime{o: o, log: o.Logger.With("component", "runtime"), prefix: pfx.Masked(), gw: pfx.Addr(),
 		images: map[string]*sync.Mutex{}, desired: map[string]nodespec.Instance{}, workers: map[string]chan struct{}{},
-		statuses: map[string]protocol.InstanceStatus{}, sessions: map[*reporter]bool{}}, nil
+		statuses: map[string]protocol.InstanceStatus{}, sessions: map[*reporter]bool{}, retry: map[string]bool{}}, nil
 }
 
 func (r *Runtime) instancesDir() string         { return filepath.Join(r.o.StateDir, "instances") }
@@ -168,6 +171,12 @@ func (r *Runtime) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx = ctx
 	r.mu.Unlock()
+	// Downloads a crash cut short.
+	if stale, err := filepath.Glob(filepath.Join(r.o.StateDir, "images", "sha256", ".fetch-*")); err == nil {
+		for _, p := range stale {
+			_ = os.Remove(p)
+		}
+	}
 	if gen, spec, err := readKeptSpec(r.o.StateDir); err != nil {
 		r.log.Error("runtime: the kept node spec", "error", err)
 	} else if gen > 0 {
@@ -224,6 +233,7 @@ func (r *Runtime) OnSpec(generation int64, spec nodespec.Spec) {
 	r.desired = make(map[string]nodespec.Instance, len(spec.Instances))
 	for _, in := range spec.Instances {
 		r.desired[in.ID] = in
+		r.retry[in.ID] = true
 	}
 	r.mu.Unlock()
 	r.kickAll()
@@ -447,9 +457,13 @@ func (r *Runtime) convergeOnce(ctx context.Context, in nodespec.Instance) (proto
 	if in.VCPU < 1 || in.MemoryMiB < 16 {
 		return protocol.InstanceStatus{}, fmt.Errorf("limits %d vCPU, %d MiB are below 1 vCPU, 16 MiB", in.VCPU, in.MemoryMiB)
 	}
-	// A failure at this generation stays failed until the spec changes:
-	// a resync does not fetch a bad image again and again.
-	if old, ok := r.Status(in.ID); ok && old.State == protocol.InstanceFailed && old.Generation == in.Generation && r.sameKept(in) {
+	// A failure stays failed until the next spec: a resync does not fetch
+	// a bad image again and again.
+	r.mu.Lock()
+	retry := r.retry[in.ID]
+	delete(r.retry, in.ID)
+	r.mu.Unlock()
+	if old, ok := r.Status(in.ID); ok && !retry && old.State == protocol.InstanceFailed && old.Generation == in.Generation && r.sameKept(in) {
 		return old, nil
 	}
 	if err := os.MkdirAll(r.instanceDir(in.ID), 0o700); err != nil {

@@ -377,6 +377,11 @@ func TestContainerLifecycle(t *testing.T) {
 	})
 
 	t.Run("start again", func(t *testing.T) {
+		// A crash half-way through the network's setup: the next start
+		// rebuilds it, with the kept address.
+		if out, err := exec.Command("ip", "netns", "del", "bc-"+id).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns del: %v: %s", err, out)
+		}
 		h.rt.OnSpec(4, nodespec.Spec{Instances: []nodespec.Instance{containerInstance(id, 4, protocol.InstanceRunning, 2, 128, image)}})
 		st := h.wait(id, 4, protocol.InstanceRunning, 15*time.Second)
 		if st.Address != addr {
@@ -528,7 +533,8 @@ func TestBadInstancesFail(t *testing.T) {
 			return in
 		}, "neither container nor vm"},
 		{"no image", func(id string) nodespec.Instance {
-			return containerInstance(id, 1, protocol.InstanceRunning, 1, 64, image)
+			// An image no instance cached: the gateway has none to serve.
+			return containerInstance(id, 1, protocol.InstanceRunning, 1, 64, []byte(id))
 		}, "HTTP 404"},
 		{"limits too small", func(id string) nodespec.Instance {
 			return containerInstance(id, 1, protocol.InstanceRunning, 0, 64, image)
@@ -550,6 +556,18 @@ func TestBadInstancesFail(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the next spec tries again", func(t *testing.T) {
+		id := ids["sha256 mismatch"]
+		srv.serve(id, image, nil)
+		h.rt.OnSpec(1, spec)
+		h.wait(id, 1, protocol.InstanceRunning, 15*time.Second)
+	})
+	spec.Instances = spec.Instances[1:]
+	h.rt.OnSpec(2, spec)
+	testutil.Eventually(t, 15*time.Second, "the fixed instance removed", func() bool {
+		_, ok := h.rt.Status(ids["sha256 mismatch"])
+		return !ok
+	})
 	cached, _ := os.ReadDir(filepath.Join(h.opts.StateDir, "images", "sha256"))
 	for _, e := range cached {
 		if e.Name() == digest(tampered) || strings.HasPrefix(e.Name(), ".") {
