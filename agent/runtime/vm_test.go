@@ -18,9 +18,9 @@ import (
 )
 
 // testDisk builds bare metal II's test disk (docs/testdisk.md) over the
-// kernel `make kernel` cached: without a seed partition its /init prints
-// "no seed partition" on the serial console and idles, which is the boot
-// marker here (its bcd never runs, so a stand-in file does).
+// kernel `make kernel` cached: its /init's first line on the serial
+// console is the boot marker here (without a seed partition it then idles:
+// its bcd never runs, so a stand-in file does).
 func testDisk(t *testing.T) []byte {
 	t.Helper()
 	kernelDir := image.DefaultKernelDir()
@@ -95,7 +95,7 @@ func TestVMLifecycle(t *testing.T) {
 	console := h.rt.ConsoleLog(id)
 	testutil.EventuallyNil(t, 90*time.Second, func() error {
 		b, _ := os.ReadFile(console)
-		if !strings.Contains(string(b), "no seed partition") {
+		if !strings.Contains(string(b), "bcd-init: disk boot") {
 			return os.ErrNotExist
 		}
 		return nil
