@@ -2,9 +2,15 @@ package runtime_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,10 +27,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/agent/runtime"
 	"github.com/better-compute/better-compute/agent/runtime/testimage"
+	"github.com/better-compute/better-compute/agent/session"
+	"github.com/better-compute/better-compute/internal/nodeca"
 	"github.com/better-compute/better-compute/internal/testutil"
 )
 
@@ -45,11 +54,14 @@ func requireRunc(t *testing.T) {
 	}
 }
 
-// imageServer is the agent listener's two instance paths over TLS: the
-// image bytes and the user data of each instance, as the gateway serves
-// them to the node.
+// imageServer is the agent listener's two instance paths over mutual TLS
+// (a node CA of its own, HTTP/2): the image bytes and the user data of each
+// instance, answered, as the gateway does, only to the node certificate of
+// the node the instance is placed on.
 type imageServer struct {
 	*httptest.Server
+	ca       *nodeca.CA
+	nodeID   string
 	mu       sync.Mutex
 	images   map[string][]byte // by instance id
 	userData map[string][]byte
@@ -57,9 +69,16 @@ type imageServer struct {
 }
 
 func newImageServer(t *testing.T) *imageServer {
-	s := &imageServer{images: map[string][]byte{}, userData: map[string][]byte{}, gets: map[string]int{}}
+	ca, err := nodeca.LoadOrGenerate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &imageServer{ca: ca, nodeID: randID(t, "node_"), images: map[string][]byte{}, userData: map[string][]byte{}, gets: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc(protocol.InstanceImagePath, func(w http.ResponseWriter, r *http.Request) {
+		if !s.fromNode(w, r) {
+			return
+		}
 		id := strings.TrimPrefix(r.URL.Path, protocol.InstanceImagePath)
 		s.mu.Lock()
 		b, ok := s.images[id]
@@ -72,6 +91,9 @@ func newImageServer(t *testing.T) *imageServer {
 		_, _ = w.Write(b)
 	})
 	mux.HandleFunc(protocol.InstanceUserDataPath, func(w http.ResponseWriter, r *http.Request) {
+		if !s.fromNode(w, r) {
+			return
+		}
 		id := strings.TrimPrefix(r.URL.Path, protocol.InstanceUserDataPath)
 		s.mu.Lock()
 		b, ok := s.userData[id]
@@ -83,9 +105,56 @@ func newImageServer(t *testing.T) *imageServer {
 		}
 		_, _ = w.Write(b)
 	})
-	s.Server = httptest.NewTLSServer(mux)
+	cert, err := ca.ServerCertificate([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Server = httptest.NewUnstartedServer(mux)
+	s.EnableHTTP2 = true
+	s.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()}
+	s.StartTLS()
 	t.Cleanup(s.Close)
 	return s
+}
+
+// fromNode answers 403 unless the client certificate is the node's.
+func (s *imageServer) fromNode(w http.ResponseWriter, r *http.Request) bool {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || r.ProtoMajor != 2 {
+		http.Error(w, "no client certificate over HTTP/2", http.StatusForbidden)
+		return false
+	}
+	if id, err := nodeca.NodeID(r.TLS.PeerCertificates[0]); err != nil || id != s.nodeID {
+		http.Error(w, "not this instance's node", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+// client is the node's mutual-TLS client, as bcd builds it from its
+// identity (session.NewHTTPClient).
+func (s *imageServer) client(t *testing.T) *http.Client {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: s.nodeID}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := s.ca.SignNode(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}), s.nodeID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return session.NewHTTPClient(join.Identity{NodeID: s.nodeID, AgentEndpoint: s.URL, Certificate: pair, CAPool: s.ca.Pool()})
 }
 
 func (s *imageServer) serve(id string, image, userData []byte) {
@@ -136,7 +205,7 @@ func newHarness(t *testing.T, srv *imageServer) *harness {
 	bridge := randID(t, "bct")
 	subnet := fmt.Sprintf("10.215.%d.1/24", 1+randInt(t, 250))
 	h := &harness{t: t, srv: srv, opts: runtime.Options{
-		StateDir: t.TempDir(), Endpoint: srv.URL, Client: srv.Client(), Bridge: bridge, Subnet: subnet,
+		StateDir: t.TempDir(), Endpoint: srv.URL, Client: srv.client(t), Bridge: bridge, Subnet: subnet,
 		StopGrace: 2 * time.Second, ResyncEvery: -1, Logger: testLogger(),
 	}}
 	t.Cleanup(func() {
