@@ -76,14 +76,14 @@ func TestVMLifecycle(t *testing.T) {
 	disk := testDisk(t)
 	srv := newImageServer(t)
 	id := randID(t, "inst_")
-	srv.serve(id, disk, nil)
+	srv.serve(id, disk, []byte("#cloud-config\n"))
 	h := newHarness(t, srv)
 	h.opts.StopGrace = 500 * time.Millisecond
 	h.stop()
 	h.start()
 	vm := func(gen int64, desired string, mib int64) nodespec.Instance {
 		return nodespec.Instance{ID: id, Generation: gen, Runtime: runtime.KindVM, Desired: desired, VCPU: 1, MemoryMiB: mib, DiskGiB: 1,
-			Image: nodespec.InstanceImage{ID: "img_disk", Format: "raw", SHA256: digest(disk), SizeBytes: int64(len(disk))}}
+			UserData: true, Image: nodespec.InstanceImage{ID: "img_disk", Format: "raw", SHA256: digest(disk), SizeBytes: int64(len(disk))}}
 	}
 	begin := time.Now()
 	h.rt.OnSpec(1, nodespec.Spec{Instances: []nodespec.Instance{vm(1, protocol.InstanceRunning, 256)}})
@@ -102,6 +102,14 @@ func TestVMLifecycle(t *testing.T) {
 	})
 	t.Logf("VM create → the disk's /init marker on the serial console: %s", time.Since(begin).Round(time.Millisecond))
 	pid := vmPid(t, h.opts.StateDir, id)
+	// The user data reached the VM as a NoCloud seed ISO, mode 0600.
+	seed := filepath.Join(h.opts.StateDir, "instances", id, "seed.iso")
+	if fi, err := os.Stat(seed); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("seed ISO: %v (mode %v)", err, fi.Mode())
+	}
+	if cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); !strings.Contains(string(cmdline), "file="+seed) {
+		t.Errorf("QEMU's command line lacks the seed: %q", cmdline)
+	}
 
 	t.Run("a restarted runtime finds it again", func(t *testing.T) {
 		h.stop()
@@ -140,6 +148,14 @@ func TestVMLifecycle(t *testing.T) {
 
 	t.Run("stop and remove", func(t *testing.T) {
 		pid := vmPid(t, h.opts.StateDir, id)
+	// The user data reached the VM as a NoCloud seed ISO, mode 0600.
+	seed := filepath.Join(h.opts.StateDir, "instances", id, "seed.iso")
+	if fi, err := os.Stat(seed); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("seed ISO: %v (mode %v)", err, fi.Mode())
+	}
+	if cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); !strings.Contains(string(cmdline), "file="+seed) {
+		t.Errorf("QEMU's command line lacks the seed: %q", cmdline)
+	}
 		h.rt.OnSpec(20, nodespec.Spec{Instances: []nodespec.Instance{vm(20, protocol.InstanceStopped, 256)}})
 		h.wait(id, 20, protocol.InstanceStopped, 30*time.Second)
 		if alive(pid) {
