@@ -94,15 +94,19 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 	client := session.NewHTTPClient(id)
 	// The instance runtime converges at once on the instances of the spec
 	// kept in the state directory, then on each spec the session applies.
-	rt, waitRuntime, err := startInstanceRuntime(ctx, id, client, f.stateDir, cdiDir, f.instances, log)
+	rtCtx, stopRuntime := context.WithCancel(ctx)
+	rt, waitRuntime, err := startInstanceRuntime(rtCtx, id, client, f.stateDir, cdiDir, f.instances, log)
 	if err != nil {
+		stopRuntime()
 		return err
 	}
+	// The runtime ends with the session (its instances keep running).
 	defer waitRuntime()
-	_ = rt // TODO(lead): session.Options{OnSpec: rt.OnSpec, OnSession: rt.OnSession} once agent/session's hooks land
+	defer stopRuntime()
 	log.Info("node session starting", "node", id.NodeID, "endpoint", id.AgentEndpoint, "version", version)
 	return session.Run(ctx, session.Options{
 		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec, HTTPClient: client,
+		OnSpec: rt.OnSpec, OnSession: rt.OnSession,
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
 	})
 }
