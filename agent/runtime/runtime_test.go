@@ -62,6 +62,7 @@ type imageServer struct {
 	*httptest.Server
 	ca       *nodeca.CA
 	nodeID   string
+	mux      *http.ServeMux
 	mu       sync.Mutex
 	images   map[string][]byte // by instance id
 	userData map[string][]byte
@@ -75,6 +76,7 @@ func newImageServer(t *testing.T) *imageServer {
 	}
 	s := &imageServer{ca: ca, nodeID: randID(t, "node_"), images: map[string][]byte{}, userData: map[string][]byte{}, gets: map[string]int{}}
 	mux := http.NewServeMux()
+	s.mux = mux
 	mux.HandleFunc(protocol.InstanceImagePath, func(w http.ResponseWriter, r *http.Request) {
 		if !s.fromNode(w, r) {
 			return
@@ -117,6 +119,9 @@ func newImageServer(t *testing.T) *imageServer {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// handle serves another path of the agent listener.
+func (s *imageServer) handle(path string, h http.HandlerFunc) { s.mux.HandleFunc(path, h) }
 
 // fromNode answers 403 unless the client certificate is the node's.
 func (s *imageServer) fromNode(w http.ResponseWriter, r *http.Request) bool {
