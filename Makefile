@@ -13,7 +13,7 @@ FUZZ_TIME ?= 20s
 # go-nvml's cgo preamble uses NVML calls its headers mark deprecated.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run test lint bench clean kernel ramdisk testdisk
+.PHONY: all build run test lint bench clean kernel ramdisk testdisk testimage
 
 all: build
 
@@ -73,3 +73,11 @@ TESTDISK_OUT ?= bin/testdisk
 testdisk: kernel
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(TESTDISK_OUT)/bcd ./cmd/bcd
 	$(GO) run ./tools/testdisk -kernel-dir $(KERNEL_DIR) -bcd $(TESTDISK_OUT)/bcd -out $(TESTDISK_OUT)
+
+# The instance test image (docs/instance-runtime.md): a raw squashfs whose
+# /sbin/init serves, with busybox httpd on port 8080, a page holding the
+# host name and the user data's first line. Built from Debian's
+# busybox-static with squashfs-tools' mksquashfs; nothing is downloaded.
+TESTIMAGE_OUT ?= bin/testimage
+testimage:
+	$(GO) run ./tools/testimage -out $(TESTIMAGE_OUT)/image.squashfs

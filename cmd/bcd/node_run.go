@@ -28,6 +28,7 @@ func nodeRunCommand() *cobra.Command {
 		stateDir, cdiDir, endpoint string
 		sshdDir                    string
 		inv                        agentinv.Options
+		instances                  instanceFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -50,10 +51,12 @@ func nodeRunCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return runNodeSession(ctx, id, nodeSessionFlags{stateDir: stateDir, cdiDir: cdiDir, sshdDir: sshdDir, inv: inv})
+			return runNodeSession(ctx, id, nodeSessionFlags{stateDir: stateDir, cdiDir: cdiDir, sshdDir: sshdDir, inv: inv,
+				instances: instances})
 		},
 	}
 	f := cmd.Flags()
+	instances.register(f)
 	f.StringVar(&stateDir, "state-dir", "", "where bcd node join kept the node's identity (required)")
 	f.StringVar(&endpoint, "agent-endpoint", "", "the agent listener to connect to (default: the one told at join)")
 	f.StringVar(&cdiDir, "cdi-dir", "", "where CDI specs are written (default /etc/cdi; <state-dir>/cdi with --simulate-gpus)")
@@ -69,6 +72,8 @@ type nodeSessionFlags struct {
 	stateDir, cdiDir string
 	sshdDir          string
 	inv              agentinv.Options
+	// instances configure the instance runtime; zero: its defaults.
+	instances instanceFlags
 }
 
 // runNodeSession holds the node's session with identity id until ctx ends:
@@ -91,10 +96,23 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 		return err
 	}
 	exec := &commands.Executor{StateDir: f.stateDir, CDIDir: cdiDir, Simulate: simulate, ObservedGeneration: spec.Observed}
+	client := session.NewHTTPClient(id)
+	// The instance runtime converges at once on the instances of the spec
+	// kept in the state directory, then on each spec the session applies.
+	rtCtx, stopRuntime := context.WithCancel(ctx)
+	rt, waitRuntime, err := startInstanceRuntime(rtCtx, id, client, f.stateDir, cdiDir, f.instances, log)
+	if err != nil {
+		stopRuntime()
+		return err
+	}
+	// The runtime ends with the session (its instances keep running).
+	defer waitRuntime()
+	defer stopRuntime()
 	log.Info("node session starting", "node", id.NodeID, "endpoint", id.AgentEndpoint, "version", version)
 	return session.Run(ctx, session.Options{
-		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec,
-		OnSpec:    specHooks(sshTrust(ctx, sshdDirOf(f.sshdDir, f.stateDir, simulate), log)),
+		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec, HTTPClient: client,
+		OnSpec:    specHooks(sshTrust(ctx, sshdDirOf(f.sshdDir, f.stateDir, simulate), log), rt.OnSpec),
+		OnSession: rt.OnSession,
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
 	})
 }
