@@ -74,6 +74,16 @@ type Options struct {
 	// NodeSpec keeps the NodeSpec the agent converged on; spec frames are
 	// applied to it and answered with an observed frame. Nil ignores them.
 	NodeSpec *nodespec.Store
+	// OnSpec, when set, is called with each spec applied (its sections
+	// kept by other parts of the agent: the instance runtime, sshd's
+	// trust); it must not block the session: converge in the background.
+	OnSpec func(generation int64, spec nodespec.Spec)
+	// OnSession, when set, runs for each welcomed session with a send of
+	// agent frames on it (an instances report) until ctx ends.
+	OnSession func(ctx context.Context, send func(frame any) error)
+	// OnTunnel, when set, handles a tunnel frame (agent/tunnel): dial the
+	// target, then open protocol.TunnelPath with the session's client.
+	OnTunnel func(ctx context.Context, client *http.Client, t protocol.Tunnel)
 }
 
 // StatusError is a session the listener refused: 401 and 403 mean the
@@ -384,6 +394,14 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 		r.mu.Unlock()
 	}()
 
+	if o.OnSession != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.OnSession(sessCtx, c.send)
+		}()
+	}
+
 	// Heartbeats.
 	period := time.Duration(welcome.HeartbeatSeconds) * time.Second
 	if period <= 0 {
@@ -475,12 +493,25 @@ func (r *runner) once(ctx context.Context) (welcomed bool, err error) {
 				r.log.Error("session: applying the node spec", "generation", f.Generation, "error", err)
 				continue
 			}
+			if o.OnSpec != nil && g == f.Generation {
+				o.OnSpec(g, f.Spec)
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				if err := c.send(protocol.Observed{Type: protocol.FrameObserved, Generation: g}); err != nil {
 					cancel(fmt.Errorf("send observed: %w", err))
 				}
+			}()
+		case protocol.Tunnel:
+			if o.OnTunnel == nil {
+				r.log.Warn("session: a tunnel frame, but no tunnels are served", "tunnel", f.ID)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o.OnTunnel(sessCtx, o.HTTPClient, f)
 			}()
 		case protocol.Header:
 			r.log.Warn("session: unknown frame", "type", f.Type)
