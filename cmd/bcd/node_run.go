@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/agent/session"
+	"github.com/better-compute/better-compute/agent/tunnel"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/internal/buildinfo"
 )
@@ -91,5 +92,6 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 	return session.Run(ctx, session.Options{
 		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec,
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
+		OnTunnel:  (&tunnel.Opener{Endpoint: id.AgentEndpoint, Logger: log}).Serve,
 	})
 }
