@@ -2,7 +2,6 @@ package tunnels
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -148,16 +147,17 @@ func tokenOf(r *http.Request) string {
 // binary messages until either side ends or lifetime passes, then closes
 // both, and answers why it ended.
 func splice(ctx context.Context, ws *websocket.Conn, stream io.ReadWriteCloser, lifetime time.Duration) string {
-	ctx, cancel := context.WithTimeout(ctx, lifetime)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	conn := websocket.NetConn(ctx, ws, websocket.MessageBinary)
 	var once sync.Once
+	ended := make(chan struct{})
 	reason := ""
 	end := func(why string) {
 		once.Do(func() {
 			reason = why
-			cancel()
 			_ = stream.Close()
+			close(ended)
 		})
 	}
 	var wg sync.WaitGroup
@@ -172,15 +172,20 @@ func splice(ctx context.Context, ws *websocket.Conn, stream io.ReadWriteCloser, 
 		_, _ = io.Copy(conn, stream)
 		end("targetClosed")
 	}()
-	<-ctx.Done()
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	life := time.NewTimer(lifetime)
+	defer life.Stop()
+	select {
+	case <-ended:
+	case <-life.C:
 		end("maxLifetime")
 	}
 	code, text := websocket.StatusNormalClosure, "the tunnel ended"
 	if reason == "maxLifetime" {
 		code, text = websocket.StatusGoingAway, "the tunnel's lifetime ended"
 	}
+	// The close handshake (bounded by the library), then the connection.
 	_ = ws.Close(code, text)
+	cancel()
 	_ = conn.Close()
 	wg.Wait()
 	return reason

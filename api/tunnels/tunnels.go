@@ -92,6 +92,9 @@ func targetType(in OpenInput) (string, error) {
 	case in.InstanceID != "" && in.NodeID != "":
 		return "", core.Errorf(core.CodeInvalidInput, "give exactly one of instanceId and nodeId, not both").
 			WithDetails(map[string]any{"field": "nodeId", "reason": "exclusive"})
+	case in.InstanceID != "" && in.Port == 0:
+		return "", core.Errorf(core.CodeInvalidInput, "an instance's tunnel names its port").
+			WithDetails(map[string]any{"field": "port", "reason": "required"})
 	case in.InstanceID != "":
 		return "instance", nil
 	case in.NodeID != "":
@@ -112,10 +115,6 @@ func open(ctx context.Context, d rpc.Deps, targets InstanceTargets, c *rpc.Call,
 	}
 	var nodeID, host string
 	if typ == "instance" {
-		if in.Port == 0 {
-			return Opened{}, core.Errorf(core.CodeInvalidInput, "an instance's tunnel names its port").
-				WithDetails(map[string]any{"field": "port", "reason": "required"})
-		}
 		if targets == nil {
 			return Opened{}, core.Errorf(core.CodeUnavailable, "instance tunnels are not served by this deployment")
 		}
