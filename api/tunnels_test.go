@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/spf13/cobra"
 
 	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/agent/tunnel"
@@ -26,6 +27,7 @@ import (
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/internal/cli"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
@@ -400,4 +402,52 @@ func TestTunnelEndsAtItsMaxLifetime(t *testing.T) {
 		t.Fatalf("read: %v, want the close for the tunnel's lifetime", err)
 	}
 	testutil.Eventually(t, 20*time.Second, "the target's connection ends", func() bool { return te.echo.endedCount() == 1 })
+}
+
+func TestTunnelCommandListens(t *testing.T) {
+	te := newTunnelEnv(t)
+	vars := map[string]string{cli.EnvAPIURL: te.env.url, cli.EnvToken: te.boot.UserToken, cli.EnvTenant: "acme"}
+	stderr := &lockedBuffer{}
+	root := &cobra.Command{Use: "better-compute", SilenceUsage: true, SilenceErrors: true}
+	if err := cli.Attach(root, cli.Options{Registry: te.server.Registry(), Stdout: io.Discard, Stderr: stderr,
+		Getenv: func(k string) string { return vars[k] }, ConfigPath: t.TempDir() + "/config.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	root.SetArgs([]string{"tunnel", "--node", te.node.ID, "--port", strconv.Itoa(te.echo.port()), "--listen", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	var addr string
+	testutil.EventuallyNil(t, 20*time.Second, func() error {
+		line, ok := strings.CutPrefix(stderr.String(), "listening on ")
+		if !ok {
+			return errors.New("not listening yet: " + stderr.String())
+		}
+		addr = strings.TrimSpace(line)
+		return nil
+	})
+	// Two local connections, two tunnels, each echoing its own bytes.
+	for i, msg := range []string{"first connection\n", "second connection\n"} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
+			t.Fatalf("connection %d: %q, %v", i, got, err)
+		}
+		c.Close()
+		testutil.Eventually(t, 20*time.Second, "the target's connection ends", func() bool { return te.echo.endedCount() == i+1 })
+	}
+	var spent int
+	if err := te.store.Pool.QueryRow(context.Background(), `SELECT count(*) FROM tunnels WHERE connected_at IS NOT NULL`).Scan(&spent); err != nil || spent != 2 {
+		t.Fatalf("%d tunnels connected (%v), want 2", spent, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("tunnel --listen: %v (stderr %s)", err, stderr.String())
+	}
 }
