@@ -275,6 +275,7 @@ func TestTunnelConnectRefusals(t *testing.T) {
 		open    func() tunnels.Opened
 		token   func(o tunnels.Opened) string
 		prepare func(o tunnels.Opened)
+		check   func(o tunnels.Opened)
 		want    refusal
 	}{
 		{name: "no token", token: func(tunnels.Opened) string { return "" },
@@ -296,6 +297,23 @@ func TestTunnelConnectRefusals(t *testing.T) {
 			}
 			return o
 		}, want: refusal{http.StatusServiceUnavailable, "UNAVAILABLE", "dialFailed"}},
+		// The database says connected, but no session is held here (another
+		// replica's): the token stays unspent for a retry there.
+		{name: "a session held elsewhere", open: func() tunnels.Opened {
+			n := te.env.node(nodesdomain.NewNode{PoolID: te.pool.ID, Name: "gpu-elsewhere", ProvisionState: nodestate.Adopted,
+				Role: nodestate.RoleHost, Power: nodestate.PowerOn, ObservedGeneration: 1, Connectivity: nodestate.Connected}, nil)
+			o, err := te.open(tunnels.OpenInput{NodeID: n.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}, check: func(o tunnels.Opened) {
+			var spent bool
+			if err := te.store.Pool.QueryRow(context.Background(), `SELECT connected_at IS NOT NULL FROM tunnels WHERE id = $1`,
+				o.TunnelID).Scan(&spent); err != nil || spent {
+				t.Fatalf("spent %v (%v): the token must stay unspent", spent, err)
+			}
+		}, want: refusal{http.StatusServiceUnavailable, "UNAVAILABLE", "sessionElsewhere"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -313,6 +331,9 @@ func TestTunnelConnectRefusals(t *testing.T) {
 			}
 			if ws, ref := te.connect(opened, token); ws != nil || ref != tc.want {
 				t.Fatalf("connect: %+v, want %+v", ref, tc.want)
+			}
+			if tc.check != nil {
+				tc.check(opened)
 			}
 		})
 	}
