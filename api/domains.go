@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
+	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/api/usage"
 	"github.com/better-compute/better-compute/api/workflows"
 	workflowstore "github.com/better-compute/better-compute/store/workflows"
@@ -40,4 +41,5 @@ var Domains = []rpc.Domain{
 	workflows.Methods,
 	provideraccounts.Methods,
 	flavors.Methods,
+	tunnels.Domain(nil), // the lead wires the instances domain's InstanceTargets
 }

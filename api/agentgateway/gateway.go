@@ -23,6 +23,7 @@ import (
 
 	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api/httpx"
+	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
@@ -89,6 +90,11 @@ type Deps struct {
 	// only those (without either it answers UNAVAILABLE).
 	Blobs        blobs.Store
 	ImageForSite ImageForSite
+	// TunnelDialBack bounds the wait for an agent's tunnel dial-back
+	// (DefaultTunnelDialBack); TunnelMaxLifetime a connected tunnel's life
+	// (api/tunnels.DefaultMaxLifetime).
+	TunnelDialBack    time.Duration
+	TunnelMaxLifetime time.Duration
 	// Metrics, when set, gets the gateway's series (bc_agent_sessions,
 	// bc_agent_heartbeat_seconds).
 	Metrics prometheus.Registerer
@@ -102,6 +108,7 @@ type Gateway struct {
 	beats     *heartbeatBatcher
 	beatConn  *beatConn
 	heartbeat prometheus.Histogram
+	tunnels   tunnelWaiters
 }
 
 // heartbeatBuckets run from 0.5 ms to 2 s, each about 1.41× the last.
@@ -129,6 +136,9 @@ func New(d Deps) (*Gateway, error) {
 	}
 	if d.IdentityRecheck <= 0 {
 		d.IdentityRecheck = DefaultIdentityRecheck
+	}
+	if d.TunnelDialBack <= 0 {
+		d.TunnelDialBack = DefaultTunnelDialBack
 	}
 	if d.Catalog == nil {
 		var err error
@@ -161,8 +171,11 @@ func New(d Deps) (*Gateway, error) {
 
 // Mount puts the gateway's routes of the API listener on r: the node's
 // join and join status, the site agent's register and renew, and the
-// bare-metal site and ramdisk endpoints, and the site image endpoint.
+// bare-metal site and ramdisk endpoints, the site image endpoint, and the
+// callers' tunnel endpoint.
 func (g *Gateway) Mount(r gin.IRoutes) {
+	r.GET(tunnels.ConnectPath+":tunnelId", tunnels.Connect(tunnels.ConnectDeps{Store: g.deps.Store, Relay: g,
+		Logger: g.deps.Logger, MaxLifetime: g.deps.TunnelMaxLifetime}))
 	g.MountMetal(r)
 	g.MountImages(r)
 	r.POST(protocol.JoinPath, g.handleJoin)

@@ -41,10 +41,12 @@ const (
 	agentRedeliverEvery = 30 * time.Second
 )
 
-// SessionHandler serves the agent listener: POST /agent/v1/session.
+// SessionHandler serves the agent listener: POST /agent/v1/session and
+// the tunnels' dial-back, POST /agent/v1/tunnels/<id>.
 func (g *Gateway) SessionHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.SessionPath, g.handleSession)
+	mux.HandleFunc("POST "+protocol.TunnelPath+"{tunnelId}", g.handleTunnel)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		agentError(w, http.StatusNotFound, "NOT_FOUND", "no such route")
 	})

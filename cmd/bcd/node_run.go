@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/agent/session"
+	"github.com/better-compute/better-compute/agent/tunnel"
 	"github.com/better-compute/better-compute/core/inventory"
 	"github.com/better-compute/better-compute/internal/buildinfo"
 )
@@ -114,5 +115,6 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 		OnSpec:    specHooks(sshTrust(ctx, sshdDirOf(f.sshdDir, f.stateDir, simulate), log), rt.OnSpec),
 		OnSession: rt.OnSession,
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
+		OnTunnel:  (&tunnel.Opener{Endpoint: id.AgentEndpoint, Logger: log}).Serve,
 	})
 }

@@ -30,6 +30,7 @@ import (
 // field but Registry takes the process's own (os.Stdout, os.Getenv, ...).
 type Options struct {
 	Registry   *core.Registry
+	Stdin      io.Reader // `tunnel` splices it
 	Stdout     io.Writer
 	Stderr     io.Writer
 	Getenv     func(string) string
@@ -75,7 +76,7 @@ func (o Options) configPath() (string, error) {
 func Attach(root *cobra.Command, o Options) error {
 	o = o.withDefaults()
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	taken := map[string]bool{"login": true, "context": true, "completion": true, "help": true}
+	taken := map[string]bool{"login": true, "context": true, "tunnel": true, "completion": true, "help": true}
 	for _, c := range root.Commands() {
 		taken[c.Name()] = true
 	}
@@ -100,7 +101,7 @@ func Attach(root *cobra.Command, o Options) error {
 		g.AddCommand(methodCmd(o, m))
 	}
 	root.AddGroup(&cobra.Group{ID: apiGroupID, Title: "API methods (better-compute <group> <verb> --help):"})
-	root.AddCommand(loginCmd(o), contextCmd(o))
+	root.AddCommand(loginCmd(o), contextCmd(o), tunnelCmd(o))
 	return nil
 }
 
