@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/better-compute/better-compute/drivers/providers"
 	"log/slog"
 	"net"
 	"net/http"
@@ -89,6 +90,9 @@ type Config struct {
 	// ImageForSite says which image a node's workflow in flight writes,
 	// for the site image endpoint (agentgateway.Deps).
 	ImageForSite agentgateway.ImageForSite
+	// Providers opens capacity providers (providerAccounts.offers); nil:
+	// ProviderFactory's, limited in PostgreSQL.
+	Providers providers.Factory
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -207,13 +211,18 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if starter != nil {
 		starts = starter
 	}
+	if cfg.Providers == nil && cfg.Store != nil {
+		if cfg.Providers, err = ProviderFactory(cfg.Store, cfg.Logger.With("component", "providers")); err != nil {
+			return nil, err
+		}
+	}
 	srv, err := api.New(api.Deps{
 		Store: cfg.Store, Temporal: cfg.Temporal, TaskQueue: cfg.TaskQueue, ReservationStarts: starts,
 		IAM: caching.Port(), Catalog: catalog, RootTenant: cfg.RootTenant,
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
-		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs,
+		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs, Providers: cfg.Providers,
 	})
 	if err != nil {
 		return nil, err
