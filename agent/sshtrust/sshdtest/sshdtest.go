@@ -6,6 +6,7 @@
 package sshdtest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -23,8 +24,6 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
-
-	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 // Server is a running sshd.
@@ -109,13 +108,31 @@ func Start(t testing.TB, snippet string) *Server {
 	s := &Server{Port: port, dir: dir, log: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, sshd, "-D", "-e", "-p", strconv.Itoa(port), "-f", config)
-	cmd.Stdout, cmd.Stderr = s.log, s.log
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatalf("starting sshd: %v", err)
 	}
+	// sshd says when it listens; its log is kept for failures.
+	listening, logged := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(logged)
+		sc := bufio.NewScanner(stderr)
+		said := false
+		for sc.Scan() {
+			fmt.Fprintln(s.log, sc.Text())
+			if !said && strings.HasPrefix(sc.Text(), "Server listening on") {
+				said = true
+				close(listening)
+			}
+		}
+	}()
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() { <-logged; _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -123,18 +140,13 @@ func Start(t testing.TB, snippet string) *Server {
 			t.Logf("sshd's log:\n%s", s.log.String())
 		}
 	})
-	testutil.Eventually(t, 10*time.Second, "sshd listens", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("sshd exited: %s", s.log.String())
-		default:
-		}
-		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	select {
+	case <-listening:
+	case <-done:
+		t.Fatalf("sshd exited: %s", s.log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sshd did not listen within 30 s: %s", s.log.String())
+	}
 	return s
 }
 
