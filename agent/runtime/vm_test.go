@@ -70,6 +70,7 @@ func alive(pid int) bool {
 // the serial console, finds it again from a restarted Runtime, resizes it
 // by a restart, stops and removes it.
 func TestVMLifecycle(t *testing.T) {
+	t.Parallel() // its boot under TCG is most of the package's time
 	if os.Geteuid() != 0 {
 		t.Skip("the runtime's tests run as root")
 	}
