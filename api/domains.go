@@ -5,6 +5,7 @@ import (
 	"github.com/better-compute/better-compute/api/drivers"
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/images"
+	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
@@ -36,4 +37,5 @@ var Domains = []rpc.Domain{
 	images.Methods,
 	profiles.Domain(workflowstore.LiveCount),
 	workflows.Methods,
+	instances.Methods,
 }
