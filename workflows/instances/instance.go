@@ -63,6 +63,7 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 	changed := workflow.GetSignalChannel(ctx, activities.SignalDesiredChanged)
 	status := workflow.GetSignalChannel(ctx, activities.SignalStatus)
 	failedMarked := false
+	var since time.Time // when this run first saw the state differ from the desired one
 	for round := 0; ; round++ {
 		var pr activities.Progress
 		if err := workflow.ExecuteActivity(ctx, a.Converge, p.InstanceID).Get(ctx, &pr); err != nil {
@@ -83,11 +84,16 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 		if pr.State != "failed" {
 			failedMarked = false
 		}
+		if pr.Settled || pr.State == "failed" {
+			since = time.Time{}
+		} else if since.IsZero() {
+			since = workflow.Now(ctx).Add(-pr.ConvergingFor)
+		}
 		wait := poll
 		switch {
 		case pr.Settled || pr.State == "failed":
 			wait = settledPoll
-		case pr.ConvergingFor >= bound && !failedMarked:
+		case workflow.Now(ctx).Sub(since) >= bound && !failedMarked:
 			msg := fmt.Sprintf("the instance did not become %s within %s", pr.Desired, bound)
 			if pr.ObservedError != "" {
 				msg += ": " + pr.ObservedError
