@@ -26,9 +26,9 @@ type Instances struct {
 	Secrets   *secrets.Vault
 }
 
-// Converge moves the recorded state on what the node reported, and ends a
+// ConvergeInstance moves the recorded state on what the node reported, and ends a
 // deleted instance whose node no longer holds it (store/instances.Converge).
-func (a *Instances) Converge(ctx context.Context, id string) (Progress, error) {
+func (a *Instances) ConvergeInstance(ctx context.Context, id string) (Progress, error) {
 	var p domain.Progress
 	err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
 		p, err = domain.Converge(ctx, tx, id)
@@ -45,8 +45,8 @@ func (a *Instances) Converge(ctx context.Context, id string) (Progress, error) {
 	return out, nil
 }
 
-// MarkFailed records that the instance did not converge in time.
-func (a *Instances) MarkFailed(ctx context.Context, p MarkFailedParams) error {
+// MarkInstanceFailed records that the instance did not converge in time.
+func (a *Instances) MarkInstanceFailed(ctx context.Context, p MarkFailedParams) error {
 	return a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		return domain.MarkFailed(ctx, tx, p.InstanceID, p.Reason, p.Message)
 	})
@@ -59,12 +59,12 @@ const reconcilePage = 500
 // own start before the reconciler makes it.
 const ReconcileGrace = 2 * time.Second
 
-// Reconcile starts the workflow of every live instance: one whose start
+// ReconcileInstances starts the workflow of every live instance: one whose start
 // was never recorded is started and recorded; one whose start was is
 // started again, which keeps a running run and starts a closed one anew
 // (terminated, cancelled or lost runs never strand a row). Then it sweeps
 // drafts older than an hour. It answers how many rows it started.
-func (a *Instances) Reconcile(ctx context.Context) (int, error) {
+func (a *Instances) ReconcileInstances(ctx context.Context) (int, error) {
 	started, after := 0, ""
 	for {
 		var page []domain.Owed

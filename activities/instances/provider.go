@@ -56,7 +56,7 @@ type providerTarget struct {
 	userData string
 }
 
-// ConvergeProvider drives the droplet of an instance on a provider pool
+// ConvergeInstanceProvider drives the droplet of an instance on a provider pool
 // toward its desired state, one step per call: find it (by recorded id,
 // else by its instance tag), create it (create_sent_at recorded first; a
 // create whose outcome is unknown is looked up before it is ever sent
@@ -66,7 +66,7 @@ type providerTarget struct {
 // 429, a 5xx or a timeout fails the activity, which Temporal retries with
 // backoff: the instance stays converging. A refusal (4xx) marks it
 // failed.
-func (a *Instances) ConvergeProvider(ctx context.Context, id string) (Progress, error) {
+func (a *Instances) ConvergeInstanceProvider(ctx context.Context, id string) (Progress, error) {
 	if a.Providers == nil || a.Secrets == nil {
 		return Progress{}, errors.New("instances: no provider factory or secret store configured")
 	}
@@ -84,7 +84,7 @@ func (a *Instances) ConvergeProvider(ctx context.Context, id string) (Progress, 
 		}
 		return Progress{}, providerRetryable(err)
 	}
-	return a.Converge(ctx, id)
+	return a.ConvergeInstance(ctx, id)
 }
 
 func providerRetryable(err error) error {
@@ -97,10 +97,10 @@ func providerRetryable(err error) error {
 }
 
 func (a *Instances) refused(ctx context.Context, id string, cause error) (Progress, error) {
-	if err := a.MarkFailed(ctx, MarkFailedParams{InstanceID: id, Reason: "providerRefused", Message: cause.Error()}); err != nil {
+	if err := a.MarkInstanceFailed(ctx, MarkFailedParams{InstanceID: id, Reason: "providerRefused", Message: cause.Error()}); err != nil {
 		return Progress{}, err
 	}
-	return a.Converge(ctx, id)
+	return a.ConvergeInstance(ctx, id)
 }
 
 // providerTarget reads the instance, its pool, flavor and image, and

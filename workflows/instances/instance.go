@@ -38,7 +38,7 @@ type WorkflowState struct {
 // instance): each round it runs Converge, which records the state the
 // node reported and ends a deleted instance once its node no longer holds
 // it, releasing its allocation in the same transaction. On provider pools
-// ConvergeProvider drives the droplet. A round waits for a signal or a
+// ConvergeInstanceProvider drives the droplet. A round waits for a signal or a
 // durable timer (the fallback poll). An instance that stays unsettled
 // past ConvergeBound is marked failed, with the runtime's error; the
 // next change of its desired state tries again.
@@ -66,11 +66,11 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 	var since time.Time // when this run first saw the state differ from the desired one
 	for round := 0; ; round++ {
 		var pr activities.Progress
-		if err := workflow.ExecuteActivity(ctx, a.Converge, p.InstanceID).Get(ctx, &pr); err != nil {
+		if err := workflow.ExecuteActivity(ctx, a.ConvergeInstance, p.InstanceID).Get(ctx, &pr); err != nil {
 			return err
 		}
 		if pr.Provider && !pr.Done {
-			if err := workflow.ExecuteActivity(ctx, a.ConvergeProvider, p.InstanceID).Get(ctx, &pr); err != nil {
+			if err := workflow.ExecuteActivity(ctx, a.ConvergeInstanceProvider, p.InstanceID).Get(ctx, &pr); err != nil {
 				return err
 			}
 		}
@@ -98,7 +98,7 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 			if pr.ObservedError != "" {
 				msg += ": " + pr.ObservedError
 			}
-			if err := workflow.ExecuteActivity(ctx, a.MarkFailed, activities.MarkFailedParams{InstanceID: p.InstanceID,
+			if err := workflow.ExecuteActivity(ctx, a.MarkInstanceFailed, activities.MarkFailedParams{InstanceID: p.InstanceID,
 				Reason: "convergeTimeout", Message: msg}).Get(ctx, nil); err != nil {
 				return err
 			}
@@ -134,7 +134,7 @@ func ReconcileInstancesWorkflow(ctx workflow.Context) (int, error) {
 	})
 	var a *activities.Instances
 	var started int
-	err := workflow.ExecuteActivity(ctx, a.Reconcile).Get(ctx, &started)
+	err := workflow.ExecuteActivity(ctx, a.ReconcileInstances).Get(ctx, &started)
 	return started, err
 }
 

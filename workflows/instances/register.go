@@ -13,8 +13,8 @@ import (
 func Register(r worker.Registry, a *activities.Instances) {
 	r.RegisterWorkflowWithOptions(InstanceWorkflow, workflow.RegisterOptions{Name: activities.InstanceWorkflowName})
 	r.RegisterWorkflowWithOptions(ReconcileInstancesWorkflow, workflow.RegisterOptions{Name: activities.ReconcileInstancesWorkflowName})
-	r.RegisterActivityWithOptions(a.Converge, activity.RegisterOptions{Name: activities.ActivityConverge})
-	r.RegisterActivityWithOptions(a.MarkFailed, activity.RegisterOptions{Name: activities.ActivityMarkFailed})
-	r.RegisterActivityWithOptions(a.ConvergeProvider, activity.RegisterOptions{Name: activities.ActivityConvergeProvider})
-	r.RegisterActivityWithOptions(a.Reconcile, activity.RegisterOptions{Name: activities.ActivityReconcile})
+	r.RegisterActivityWithOptions(a.ConvergeInstance, activity.RegisterOptions{Name: activities.ActivityConverge})
+	r.RegisterActivityWithOptions(a.MarkInstanceFailed, activity.RegisterOptions{Name: activities.ActivityMarkFailed})
+	r.RegisterActivityWithOptions(a.ConvergeInstanceProvider, activity.RegisterOptions{Name: activities.ActivityConvergeProvider})
+	r.RegisterActivityWithOptions(a.ReconcileInstances, activity.RegisterOptions{Name: activities.ActivityReconcile})
 }
