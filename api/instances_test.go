@@ -101,17 +101,27 @@ func TestInstancesCreateAndLifecycle(t *testing.T) {
 		state string
 		code  core.Code
 	}{
-		{func() (instances.Instance, error) { return instances.Start.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID}) }, "creating", ""},
+		{func() (instances.Instance, error) {
+			return instances.Start.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
+		}, "creating", ""},
 		{func() (instances.Instance, error) {
 			return instances.Resize.Call(ctx, a, instances.ResizeInput{TenantID: "acme", InstanceID: got.ID, FlavorID: flavor["small"]})
 		}, "", core.CodeInvalidState},
-		{func() (instances.Instance, error) { return instances.Stop.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID}) }, "stopping", ""},
-		{func() (instances.Instance, error) { return instances.Stop.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID}) }, "stopping", ""},
-		{func() (instances.Instance, error) { return instances.Start.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID}) }, "starting", ""},
+		{func() (instances.Instance, error) {
+			return instances.Stop.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
+		}, "stopping", ""},
+		{func() (instances.Instance, error) {
+			return instances.Stop.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
+		}, "stopping", ""},
+		{func() (instances.Instance, error) {
+			return instances.Start.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
+		}, "starting", ""},
 		{func() (instances.Instance, error) {
 			return instances.Delete.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
 		}, "deleting", ""},
-		{func() (instances.Instance, error) { return instances.Start.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID}) }, "", core.CodeInvalidState},
+		{func() (instances.Instance, error) {
+			return instances.Start.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
+		}, "", core.CodeInvalidState},
 	}
 	for i, s := range steps {
 		out, err := s.call()

@@ -274,7 +274,10 @@ func TestSpecAndDeleteReleasesExactlyOnce(t *testing.T) {
 
 	// Delete: the instance leaves the spec; once the node's full report
 	// no longer holds it, one step ends it and frees its allocation.
-	f.tx(func(tx store.Tx) error { _, _, err := domain.Change(ctx, tx, tenant, in.ID, states.MethodDelete); return err })
+	f.tx(func(tx store.Tx) error {
+		_, _, err := domain.Change(ctx, tx, tenant, in.ID, states.MethodDelete)
+		return err
+	})
 	if _, spec, _ := nodes.Spec(ctx, f.st.Pool, in.NodeID); len(spec.Instances) != 0 {
 		t.Fatalf("spec after delete = %+v", spec.Instances)
 	}
