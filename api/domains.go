@@ -6,6 +6,7 @@ import (
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/flavors"
 	"github.com/better-compute/better-compute/api/images"
+	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
@@ -19,6 +20,7 @@ import (
 	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/api/usage"
 	"github.com/better-compute/better-compute/api/workflows"
+	instancestore "github.com/better-compute/better-compute/store/instances"
 	workflowstore "github.com/better-compute/better-compute/store/workflows"
 )
 
@@ -41,5 +43,6 @@ var Domains = []rpc.Domain{
 	workflows.Methods,
 	provideraccounts.Methods,
 	flavors.Methods,
-	tunnels.Domain(nil), // the lead wires the instances domain's InstanceTargets
+	tunnels.Domain(instancestore.TunnelTarget),
+	instances.Methods,
 }

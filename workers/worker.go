@@ -8,12 +8,16 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	healthact "github.com/better-compute/better-compute/activities/health"
+	instancesact "github.com/better-compute/better-compute/activities/instances"
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workflows/health"
+	"github.com/better-compute/better-compute/workflows/instances"
 	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
 	"github.com/better-compute/better-compute/workflows/nodes"
 	"github.com/better-compute/better-compute/workflows/reservations"
@@ -28,6 +32,11 @@ type Deps struct {
 	// Catalog names the authorization rows' types the metal activities
 	// write (nil: core.DefaultCatalog).
 	Catalog *core.Catalog
+	// Providers opens provider pools' accounts and Secrets resolves their
+	// tokens and instances' user data, for the instance activities of
+	// provider pools (nil: those activities fail and are retried).
+	Providers providers.Factory
+	Secrets   *secrets.Vault
 }
 
 // NewControlPlane builds the worker of the control-plane task queue with
@@ -50,6 +59,7 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 	reservations.Register(r, &reservationsact.Reservations{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
 	nodes.Register(r, &nodesact.Nodes{Store: deps.Store, Temporal: c})
 	lifecycle.Register(r, &metalact.Metal{Store: metalStore(deps), Temporal: c, TaskQueue: ControlPlaneQueue})
+	instances.Register(r, &instancesact.Instances{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue, Providers: deps.Providers, Secrets: deps.Secrets})
 }
 
 // metalStore is the metal activities' store over deps.Store (nil without
@@ -75,5 +85,8 @@ func EnsureSchedules(ctx context.Context, c client.Client) error {
 	if err := reservations.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
 		return err
 	}
-	return lifecycle.EnsureSchedule(ctx, c, ControlPlaneQueue)
+	if err := lifecycle.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	return instances.EnsureSchedule(ctx, c, ControlPlaneQueue)
 }

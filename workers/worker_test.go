@@ -16,12 +16,13 @@ import (
 func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	r := temporaltest.NewRegistry()
 	registerControlPlane(r, nil, Deps{})
-	wantWorkflows := []string{"HealthCheck", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
-		"ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReservationWorkflow", "SiteHealthWorkflow"}
+	wantWorkflows := []string{"HealthCheck", "InstanceWorkflow", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
+		"ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReservationWorkflow", "SiteHealthWorkflow"}
 	if got := slices.Sorted(slices.Values(r.Workflows)); !slices.Equal(got, wantWorkflows) {
 		t.Errorf("workflows = %q, want %q", got, wantWorkflows)
 	}
-	wantActivities := []string{"HealthEcho", "MetalAccept", "MetalAwaitOutcome", "MetalBeginStep", "MetalBootProgress",
+	wantActivities := []string{"HealthEcho", "InstanceConverge", "InstanceConvergeProvider", "InstanceMarkFailed",
+		"InstancesReconcile", "MetalAccept", "MetalAwaitOutcome", "MetalBeginStep", "MetalBootProgress",
 		"MetalCheckImage", "MetalCheckRejoin", "MetalCloseBoot", "MetalEndStep", "MetalEnqueueNodeCommand", "MetalFail",
 		"MetalFinish", "MetalHandRamdiskStep", "MetalIngestInspection", "MetalLoad", "MetalLoadWorkflow", "MetalMarkStarted",
 		"MetalNewBoot", "MetalNodeCommand", "MetalReconcile", "MetalRevokeIdentities", "MetalSetPower", "MetalSetStep", "MetalStartNode",

@@ -47,6 +47,8 @@ func (g *Gateway) SessionHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+protocol.SessionPath, g.handleSession)
 	mux.HandleFunc("POST "+protocol.TunnelPath+"{tunnelId}", g.handleTunnel)
+	mux.HandleFunc("GET "+protocol.InstanceImagePath, g.handleInstanceImage)
+	mux.HandleFunc("GET "+protocol.InstanceUserDataPath, g.handleInstanceUserData)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		agentError(w, http.StatusNotFound, "NOT_FOUND", "no such route")
 	})
@@ -526,6 +528,8 @@ func (c *sessionConn) frame(ctx context.Context, frame any) error {
 			return nil
 		}
 		return err
+	case protocol.Instances:
+		return c.instancesFrame(ctx, epoch, f)
 	case protocol.Result:
 		err := c.g.inFencedTx(ctx, c.a.nodeID, epoch, func(tx store.Tx) error {
 			return store.RecordNodeCommandResult(ctx, tx, c.a.nodeID, f.Seq, store.NodeCommandResult{State: string(f.State),

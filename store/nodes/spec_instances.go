@@ -3,12 +3,43 @@ package nodes
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/store"
 )
 
 // specInstances reads the instances section of the node's NodeSpec: every
-// instance placed on the node that is not deleted.
+// instance placed on the node that is not deleted (an instance being
+// deleted leaves the list, so the agent removes it), with its flavor's
+// limits, its image and its allocation's GPU devices. The instances
+// table is store/instances'; the NodeSpec reads it here, as it reads the
+// node's other sections.
 func specInstances(ctx context.Context, db store.DBTX, nodeID string) ([]nodespec.Instance, error) {
-	return nil, nil
+	rows, err := db.Query(ctx, `SELECT i.id, i.generation, f.runtime, i.desired_state, f.vcpu, f.memory_mib, f.disk_gib,
+			im.id, im.format, im.sha256, im.size_bytes,
+			COALESCE((SELECT a.atoms FROM allocations a WHERE a.instance_id = i.id AND a.released_at IS NULL), '{}'),
+			i.command, (i.user_data IS NOT NULL OR i.user_data_ref IS NOT NULL)
+		FROM instances i JOIN flavors f ON f.id = i.flavor_id JOIN images im ON im.id = i.image_id
+		WHERE i.node_id = $1 AND i.state NOT IN ('draft', 'denied', 'deleted', 'deleting') AND i.desired_state <> 'deleted'
+		ORDER BY i.id`, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodespec.Instance, error) {
+		var in nodespec.Instance
+		err := r.Scan(&in.ID, &in.Generation, &in.Runtime, &in.Desired, &in.VCPU, &in.MemoryMiB, &in.DiskGiB,
+			&in.Image.ID, &in.Image.Format, &in.Image.SHA256, &in.Image.SizeBytes, &in.Devices, &in.Command, &in.UserData)
+		if len(in.Devices) == 0 {
+			in.Devices = nil
+		}
+		if len(in.Command) == 0 {
+			in.Command = nil
+		}
+		return in, err
+	})
+	if len(list) == 0 {
+		return nil, err
+	}
+	return list, err
 }
