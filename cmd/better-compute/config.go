@@ -66,6 +66,8 @@ func (c *config) settings(withListen bool) []setting {
 		{"root-tenant", "BC_ROOT_TENANT", "the platform's (root) tenant id", &c.RootTenant, "root"},
 		{"iam-url", "BC_IAM_URL", "base URL of a remote IAM host (better-compute iam-host); empty: the embedded IAM", &c.IAMURL, ""},
 		{"iam-refresh-secret-file", "BC_IAM_REFRESH_SECRET_FILE", "file holding the secret that signs refreshes to the IAM host", &c.IAMRefreshSecretFile, ""},
+		// The worker resolves provider tokens and instances' user data too.
+		{"secrets-kek-file", "BC_SECRETS_KEK_FILE", "file (mode 0600) of the secret store's key-encryption keys, base64 of 32 bytes each, the sealing one first; without it BC_SECRETS_KEK holds them", &c.SecretsKEKFile, ""},
 	}
 	if withListen {
 		s = append(s, setting{"listen", "BC_LISTEN", "address the API listens on", &c.Listen, "127.0.0.1:8080"},
@@ -75,7 +77,6 @@ func (c *config) settings(withListen bool) []setting {
 			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""},
 			setting{"reservation-max-ahead", "BC_RESERVATION_MAX_AHEAD", "how far ahead a reservation may start (a Go duration)", &c.ReservationMaxAhead, "8760h"},
 			setting{"public-url", "BC_PUBLIC_URL", "the API's base URL as nodes reach it, for the join command joinTokens.create answers", &c.PublicURL, ""},
-			setting{"secrets-kek-file", "BC_SECRETS_KEK_FILE", "file (mode 0600) of the secret store's key-encryption keys, base64 of 32 bytes each, the sealing one first; without it BC_SECRETS_KEK holds them", &c.SecretsKEKFile, ""},
 			setting{"blob-dir", "BC_BLOB_DIR", "directory images' bytes are kept in; empty: images.register and uploads answer UNAVAILABLE", &c.BlobDir, ""})
 	}
 	return s

@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/better-compute/internal/controlplane"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/blobs"
+	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workers"
 )
 
@@ -149,7 +150,16 @@ func workerCmd() *cobra.Command {
 				return err
 			}
 			defer stopMetrics()
-			w := workers.NewControlPlane(b.temporal, workers.Deps{Store: b.store, Metrics: metrics})
+			keys, err := cfg.secretsKeys(b.logger)
+			if err != nil {
+				return err
+			}
+			providerFactory, err := controlplane.ProviderFactory(b.store, b.logger.With("component", "providers"))
+			if err != nil {
+				return err
+			}
+			w := workers.NewControlPlane(b.temporal, workers.Deps{Store: b.store, Metrics: metrics,
+				Providers: providerFactory, Secrets: secrets.NewVault(keys, cfg.RootTenant)})
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
