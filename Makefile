@@ -22,7 +22,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/bcd ./cmd/bcd
 
 # Everything on this machine: PostgreSQL, Temporal and its UI, the API, a worker.
-run: build
+run: build testimage
 	./bin/better-compute dev
 
 test: kernel testdisk

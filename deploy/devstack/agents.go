@@ -65,36 +65,47 @@ func (s *Stack) startAgents(ctx context.Context) error {
 	if err := s.startSiteAgent(ctx, bcd); err != nil {
 		return err
 	}
-	var token string
 	for i := 1; i <= s.opts.Agents; i++ {
-		name := fmt.Sprintf("dev-agent-%d", i)
-		dir := filepath.Join(s.opts.Dir, "agents", name)
-		if _, err := os.Stat(filepath.Join(dir, "identity.json")); errors.Is(err, os.ErrNotExist) {
-			if token == "" {
-				t, err := s.agentJoinToken(ctx)
-				if err != nil {
-					return err
-				}
-				token = t
-			}
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return err
-			}
-			join := exec.CommandContext(ctx, bcd, "node", "join", "--api", s.apiURL, "--state-dir", dir,
-				"--name", name, "--simulate-gpus", agentGPUs, "--seed", name)
-			join.Env = append(os.Environ(), "BCD_JOIN_TOKEN="+token) // not in the process list
-			if out, err := join.CombinedOutput(); err != nil {
-				return fmt.Errorf("%s: bcd node join: %w: %s", name, err, out)
-			}
-		}
-		if err := s.startAgentProcess(name, filepath.Join(dir, "bcd.log"), []string{"node", "run", "--state-dir", dir,
-			"--simulate-gpus", agentGPUs, "--seed", name, "--cdi-dir", filepath.Join(dir, "cdi"),
-			// The listener's address may differ from the one told at join.
-			"--agent-endpoint", s.agentURL}, nil); err != nil {
+		if err := s.startNodeAgent(ctx, bcd, fmt.Sprintf("dev-agent-%d", i), s.demo.PoolID); err != nil {
 			return err
 		}
 	}
-	return nil
+	if s.vps.HostPoolID == "" {
+		return nil
+	}
+	// The VPS host: its instances' bridge and subnet are its own, so they
+	// never meet the GPU agents' on this one machine.
+	return s.startNodeAgent(ctx, bcd, hostAgent, s.vps.HostPoolID,
+		"--instance-bridge", "bcbr-dev", "--instance-subnet", "10.213.9.1/24")
+}
+
+// hostAgent is the VPS host's `bcd node`.
+const hostAgent = "dev-host-1"
+
+// startNodeAgent runs one simulated `bcd node`, which joins poolID on its
+// first run (with a join token of its own) and keeps its identity in
+// Dir/agents/name.
+func (s *Stack) startNodeAgent(ctx context.Context, bcd, name, poolID string, extra ...string) error {
+	dir := filepath.Join(s.opts.Dir, "agents", name)
+	if _, err := os.Stat(filepath.Join(dir, "identity.json")); errors.Is(err, os.ErrNotExist) {
+		token, err := s.agentJoinToken(ctx, poolID)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		join := exec.CommandContext(ctx, bcd, "node", "join", "--api", s.apiURL, "--state-dir", dir,
+			"--name", name, "--simulate-gpus", agentGPUs, "--seed", name)
+		join.Env = append(os.Environ(), "BCD_JOIN_TOKEN="+token) // not in the process list
+		if out, err := join.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: bcd node join: %w: %s", name, err, out)
+		}
+	}
+	return s.startAgentProcess(name, filepath.Join(dir, "bcd.log"), append([]string{"node", "run", "--state-dir", dir,
+		"--simulate-gpus", agentGPUs, "--seed", name, "--cdi-dir", filepath.Join(dir, "cdi"),
+		// The listener's address may differ from the one told at join.
+		"--agent-endpoint", s.agentURL}, extra...), nil)
 }
 
 // startSiteAgent runs the demo site's `bcd site`, with a site token made
@@ -191,15 +202,15 @@ func (s *Stack) awaitAgents(ctx context.Context) error {
 	}
 }
 
-// agentJoinToken makes a join token of the demo pool for the agents that
-// have not joined yet, as the root admin.
-func (s *Stack) agentJoinToken(ctx context.Context) (string, error) {
+// agentJoinToken makes a one-use join token of the pool, as the root
+// admin.
+func (s *Stack) agentJoinToken(ctx context.Context, poolID string) (string, error) {
 	admin, err := s.AdminToken()
 	if err != nil {
 		return "", err
 	}
 	t, err := nodes.CreateJoinToken.Call(ctx, api.NewClient(s.apiURL, admin), nodes.CreateJoinTokenInput{TenantID: s.tokens.RootTenantID,
-		PoolID: s.demo.PoolID, Name: "dev agents", TTLSeconds: new(int64(agentTokenTTL)), MaxUses: new(int64(s.opts.Agents))})
+		PoolID: poolID, Name: "dev agents", TTLSeconds: new(int64(agentTokenTTL)), MaxUses: new(int64(1))})
 	if err != nil {
 		return "", fmt.Errorf("join token for the dev agents: %w", err)
 	}

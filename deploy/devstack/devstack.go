@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/drivers/providers/dofake"
 	"log/slog"
 	"net"
 	"net/http"
@@ -61,6 +63,12 @@ type Options struct {
 	// the worker run it as a separate process).
 	NoWorker bool
 	Logger   *slog.Logger
+	// ProviderAddr is the fake DigitalOcean API's address ("-" for none),
+	// backing the provider pool (vps.go).
+	ProviderAddr string
+	// DemoImage is the instance image the stack registers for the demo
+	// (default bin/testimage/image.squashfs, which `make testimage` makes).
+	DemoImage string
 	// CLIConfig is the CLI's configuration file, into which the stack
 	// writes the contexts dev (the demo user) and dev-admin; "" for none.
 	CLIConfig string
@@ -83,6 +91,8 @@ func Defaults() Options {
 		PostgresPort: 15432,
 		TemporalAddr: "127.0.0.1:7233",
 		UIAddr:       "127.0.0.1:8233",
+		ProviderAddr: "127.0.0.1:8091",
+		DemoImage:    "bin/testimage/image.squashfs",
 		Agents:       2,
 		fallbackRoot: "/var/lib/better-compute",
 	}
@@ -105,6 +115,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AgentAddr == "" {
 		o.AgentAddr = d.AgentAddr
+	}
+	if o.ProviderAddr == "" {
+		o.ProviderAddr = d.ProviderAddr
+	}
+	if o.DemoImage == "" {
+		o.DemoImage = d.DemoImage
 	}
 	if o.Agents == 0 {
 		o.Agents = d.Agents
@@ -154,6 +170,9 @@ type Stack struct {
 	// postgresDir is the cluster's data directory: under Dir, or where
 	// clusterDir put it.
 	postgresDir string
+	// provider is the fake DigitalOcean API; vps what seedVPS made.
+	provider *dofake.Server
+	vps      VPSFleet
 }
 
 // SecretsKEKFile is the dev stack's key-encryption key, under Dir.
@@ -213,6 +232,16 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.client, err = workers.Dial(ctx, workers.TemporalConfig{Address: s.temporal.FrontendAddr(), Namespace: Namespace}, log.With("component", "temporal-client")); err != nil {
 		return s, err
 	}
+	// The secret store's key-encryption key: made once (0600), kept with
+	// the checkout's other dev keys, so secrets survive restarts.
+	kekFile := filepath.Join(o.Dir, SecretsKEKFile)
+	if err = secrets.EnsureKEKFile(kekFile); err != nil {
+		return s, err
+	}
+	keys, err := secrets.LoadKeyring(kekFile, func(string) string { return "" })
+	if err != nil {
+		return s, err
+	}
 	// One registry for the API and the worker: /metrics shows both.
 	metrics := prometheus.NewRegistry()
 	if !o.NoWorker {
@@ -220,7 +249,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err != nil {
 			return s, err
 		}
-		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store, Metrics: wm})
+		providerFactory, err := controlplane.ProviderFactory(s.store, log.With("component", "providers"))
+		if err != nil {
+			return s, err
+		}
+		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store, Metrics: wm,
+			Providers: providerFactory, Secrets: secrets.NewVault(keys, api.DefaultRootTenant)})
 		if err = s.worker.Start(); err != nil {
 			return s, fmt.Errorf("worker: %w", err)
 		}
@@ -230,16 +264,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	ca, err := nodeca.LoadOrGenerate(filepath.Join(o.Dir, "node-ca"))
-	if err != nil {
-		return s, err
-	}
-	// The secret store's key-encryption key: made once (0600), kept with
-	// the checkout's other dev keys, so secrets survive restarts.
-	kekFile := filepath.Join(o.Dir, SecretsKEKFile)
-	if err = secrets.EnsureKEKFile(kekFile); err != nil {
-		return s, err
-	}
-	keys, err := secrets.LoadKeyring(kekFile, func(string) string { return "" })
 	if err != nil {
 		return s, err
 	}
@@ -284,6 +308,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.stopAPI, s.apiStopped = stopAPI, make(chan error, 1)
 	go func() { s.apiStopped <- s.cp.API.Serve(apiCtx, ln) }()
 	if err = s.seedDemoFleet(ctx); err != nil {
+		return s, err
+	}
+	if err = s.startProvider(); err != nil {
+		return s, err
+	}
+	if err = s.seedVPS(ctx); err != nil {
 		return s, err
 	}
 	if err = s.startAgents(ctx); err != nil {
@@ -391,6 +421,10 @@ func loadOrCreatePassword(path string) (string, error) {
 // partly started stack and idempotent.
 func (s *Stack) Stop(ctx context.Context) {
 	s.stopAgents()
+	if s.provider != nil {
+		_ = s.provider.Close(ctx)
+		s.provider = nil
+	}
 	if s.stopAgentListener != nil {
 		s.stopAgentListener()
 		<-s.agentListenerStopped
@@ -456,7 +490,19 @@ func (s *Stack) env() [][2]string {
 		{"BC_DEMO_TENANT", s.tokens.TenantID},
 		{"BC_DEMO_TOKEN_FILE", filepath.Join(s.opts.Dir, demoTokenFile)},
 		{"BC_DEMO_POOL", s.demo.PoolID},
+		{"BC_VPS_POOL", s.vps.HostPoolID},
+		{"BC_PROVIDER_POOL", s.vps.ProviderPoolID},
+		{"BC_DEMO_IMAGE", s.vps.ImageID},
+		{"BC_PROVIDER_URL", s.vps.ProviderURL},
 	}
+}
+
+// described is id and what follows it, or "" (no row) without an id.
+func described(id, what string) string {
+	if id == "" {
+		return ""
+	}
+	return id + what
 }
 
 // writeEnv writes <dir>/env atomically (a temporary file renamed into
@@ -560,6 +606,9 @@ func (s *Stack) Banner() string {
 		{"Demo token", filepath.Join(s.opts.Dir, demoTokenFile) + " (tenant " + s.tokens.TenantID + ")"},
 		{"CLI contexts", s.cliContextsRow()},
 		{"Demo pool", s.demo.PoolID + " (H100, root's, offered to " + s.tokens.TenantID + " with " + fmt.Sprint(demoGPUQuota) + " GPUs)"},
+		{"VPS pool", described(s.vps.HostPoolID, " (vps-host: instances in runc and QEMU on "+hostAgent+"; flavors c1-m1, c2-m2, vm-c1-m512)")},
+		{"Provider pool", described(s.vps.ProviderPoolID, " (droplets at the fake DigitalOcean "+s.vps.ProviderURL+"; flavor s-1vcpu-1gb)")},
+		{"Demo image", described(s.vps.ImageID, " ("+demoImageName+"@"+demoImageVersion+", public: busybox httpd on port 8080)")},
 	}...)
 	for _, r := range rows {
 		if r[1] == "" {
