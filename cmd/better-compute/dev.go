@@ -58,6 +58,8 @@ func devCmd() *cobra.Command {
 	f.StringVar(&o.TemporalAddr, "temporal", d.TemporalAddr, "Temporal frontend address")
 	f.StringVar(&o.UIAddr, "temporal-ui", d.UIAddr, `Temporal Web UI address ("-" for none)`)
 	f.StringVar(&o.AgentAddr, "agent-listen", d.AgentAddr, "agent listener address (mutual TLS)")
+	f.StringVar(&o.ProviderAddr, "provider-listen", d.ProviderAddr, `the fake DigitalOcean API's address ("-" for none)`)
+	f.StringVar(&o.DemoImage, "demo-image", d.DemoImage, "the instance image registered for the demo (make testimage makes it)")
 	f.IntVar(&o.Agents, "agents", d.Agents, "simulated bcd node agents joining the demo pool (-1 for none)")
 	f.StringVar(&o.CLIConfig, "cli-config", "", `the CLI configuration to write the contexts dev and dev-admin into (default $BC_CONFIG or the user's; "-" for none)`)
 	f.BoolVar(&verbose, "verbose", false, "debug logs")

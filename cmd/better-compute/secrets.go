@@ -24,11 +24,6 @@ func secretsRewrapCmd() *cobra.Command {
 			if err := cfg.load(cmd, false); err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("secrets-kek-file") {
-				if v, ok := os.LookupEnv("BC_SECRETS_KEK_FILE"); ok {
-					cfg.SecretsKEKFile = v
-				}
-			}
 			keys, err := secrets.LoadKeyring(cfg.SecretsKEKFile, os.Getenv)
 			if err != nil {
 				return err
@@ -46,7 +41,7 @@ func secretsRewrapCmd() *cobra.Command {
 			return err
 		},
 	}
+	// --secrets-kek-file (every command's): the new key first.
 	cfg.bind(cmd.Flags(), false)
-	cmd.Flags().StringVar(&cfg.SecretsKEKFile, "secrets-kek-file", "", "file (mode 0600) of the key-encryption keys, the new one first (env BC_SECRETS_KEK_FILE; without it BC_SECRETS_KEK)")
 	return cmd
 }

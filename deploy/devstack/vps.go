@@ -39,6 +39,8 @@ const (
 	providerToken       = "dev-stack-fake-digitalocean"
 	demoImageName       = "demo-httpd"
 	demoImageVersion    = "1"
+	// providerRegion is where the account's droplets go.
+	providerRegion = "nyc3"
 )
 
 // VPSFleet names what seedVPS made (or found).
@@ -70,8 +72,12 @@ func (s *Stack) startProvider() error {
 // seedVPS creates the VPS fleet through the API, as the root admin would,
 // finding what an earlier run made.
 func (s *Stack) seedVPS(ctx context.Context) error {
-	admin := api.NewClient(s.apiURL, s.tokens.AdminToken)
-	root, demo := s.tokens.RootTenantID, s.tokens.TenantID
+	token, err := s.AdminToken()
+	if err != nil {
+		return err
+	}
+	admin := api.NewClient(s.apiURL, token)
+	root := s.tokens.RootTenantID
 	host, err := s.ensurePool(ctx, admin, pools.CreateInput{TenantID: root, SiteID: s.demo.SiteID, Name: vpsPool,
 		Class: "vps-host", GPUModel: "H100", GPUMemoryGb: 80, Policy: &pools.Policy{Overcommit: map[string]float64{"vcpu": 4}}})
 	if err != nil {
@@ -109,7 +115,6 @@ func (s *Stack) seedVPS(ctx context.Context) error {
 			return err
 		}
 	}
-	_ = demo
 	s.vps.ImageID, err = s.ensureDemoImage(ctx, admin)
 	return err
 }
@@ -183,7 +188,8 @@ func (s *Stack) ensureAccount(ctx context.Context, admin *api.Client) (string, e
 		return a.ID, nil
 	}
 	a, err := provideraccounts.Create.Call(ctx, admin, provideraccounts.CreateInput{TenantID: root, Provider: "digitalocean",
-		Name: providerAccount, CredentialRef: coresecrets.Ref(root, providerTokenSecret), BaseURL: s.vps.ProviderURL})
+		Name: providerAccount, CredentialRef: coresecrets.Ref(root, providerTokenSecret), BaseURL: s.vps.ProviderURL,
+		Regions: []string{providerRegion}})
 	if err != nil {
 		return "", fmt.Errorf("vps fleet: account: %w", err)
 	}
