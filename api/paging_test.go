@@ -200,6 +200,40 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"instances.list": {input: map[string]any{"tenantId": "acme", "scope": "all"}, insert: func(first, n int) []string {
+			ids := pagingIDs("inst", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO flavors (id, tenant_id, pool_id, name, vcpu, memory_mib, runtime)
+				VALUES ('flv_pg', 'acme', $1, 'paging', 1, 1024, 'container') ON CONFLICT DO NOTHING`, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id,
+					name, desired_state, state)
+				SELECT id, 'acme', $2, $3, 'flv_pg', 'img_pg', 'paging', 'stopped', 'stopped' FROM unnest($1::text[]) id`,
+				ids, owner, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id, parent_type, parent_id)
+				SELECT $2, id, 'acme', $3, $4, $5 FROM unnest($1::text[]) id`,
+				ids, e.catalog.FullName("instance"), owner, e.catalog.FullName("pool"), vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
+		"nodes.listSshCerts": {input: map[string]any{"tenantId": "acme", "nodeId": node.ID}, insert: func(first, n int) []string {
+			ids := pagingIDs("sshc", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO ssh_cas (id, tenant_id, public_key, fingerprint, kek_id, sealed)
+				VALUES ('sshca_pg', 'acme', 'ssh-ed25519 AAAApaging', 'SHA256:paging', 'kek', '\x00') ON CONFLICT DO NOTHING`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO ssh_certificates (id, tenant_id, node_id, ca_id, serial, key_id, users,
+					principals, public_key, key_fingerprint, certificate, valid_after, valid_before, issued_by)
+				SELECT id, 'acme', $2, 'sshca_pg', $3 + ord, id, '{root}', '{root}', 'ssh-ed25519 AAAA', 'SHA256:k', 'cert',
+					now() - interval '2 hours', now() - interval '1 hour', 'idn_x'
+				FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord)`, ids, node.ID, first); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"projects.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
 			return e.cloneResource("projects", "project", project.ID, "prj", first, n, `'name', 'paging-' || g`)
 		}},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/api/pools"
+	pa "github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
@@ -51,8 +52,19 @@ func TestPoolsLifecycle(t *testing.T) {
 		}
 	}
 	// Defaults: exclusive sharing; a provider pool's agent is none.
+	// A provider pool names an account of its own tenant: another's, or
+	// none, is NOT_FOUND.
+	if _, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "cloud", Class: "provider",
+		GPUModel: "L40S", GPUMemoryGb: 48, ProviderAccountID: core.NewID("pacct")}); codeOf(err) != core.CodeNotFound {
+		t.Fatalf("a provider pool on a missing account = %v, want NOT_FOUND", err)
+	}
+	account, err := pa.Create.Call(ctx, c, pa.CreateInput{TenantID: "acme", Provider: "digitalocean", Name: "do",
+		CredentialRef: e.putSecret("acme", "do-token", doToken)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	prov, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "cloud", Class: "provider",
-		GPUModel: "L40S", GPUMemoryGb: 48, ProviderAccountID: core.NewID("pacct")})
+		GPUModel: "L40S", GPUMemoryGb: 48, ProviderAccountID: account.ID})
 	if err != nil || prov.Sharing != "exclusive" || prov.Agent != "none" || prov.ProviderAccountID == "" {
 		t.Fatalf("provider pool = %+v, %v", prov, err)
 	}

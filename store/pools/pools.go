@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/better-compute/better-compute/store/provideraccounts"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -286,6 +287,9 @@ func Create(ctx context.Context, tx store.Tx, typ, tenantID, createdBy string, i
 	if _, err := sites.Live(ctx, tx, tenantID, in.SiteID); err != nil {
 		return Pool{}, err
 	}
+	if err := ownAccount(ctx, tx, tenantID, in.ProviderAccountID); err != nil {
+		return Pool{}, err
+	}
 	policyJSON, err := json.Marshal(in.Policy)
 	if err != nil {
 		return Pool{}, err
@@ -358,6 +362,11 @@ func Update(ctx context.Context, tx store.Tx, typ, tenantID, id string, ch Chang
 	}
 	if err := policy.CheckClass(p.Class, p.ProviderAccountID); err != nil {
 		return Pool{}, err
+	}
+	if ch.ProviderAccountID != nil {
+		if err := ownAccount(ctx, tx, p.TenantID, p.ProviderAccountID); err != nil {
+			return Pool{}, err
+		}
 	}
 	next := &p.Policy
 	if ch.Policy != nil {
@@ -504,4 +513,16 @@ func SetQuota(ctx context.Context, tx store.Tx, tenantID, id string, quota polic
 		return Offer{}, core.Errorf(core.CodeNotFound, "pool %s is not offered to %s", p.ID, tenantID)
 	}
 	return o, err
+}
+
+// ownAccount checks that a provider pool's account is its tenant's own,
+// live one (held against a concurrent delete until the commit): a pool
+// naming another tenant's account would spend that tenant's credential.
+// Another tenant's account is the NOT_FOUND of a missing one.
+func ownAccount(ctx context.Context, tx store.Tx, tenantID, accountID string) error {
+	if accountID == "" {
+		return nil
+	}
+	_, err := provideraccounts.ForPool(ctx, tx, tenantID, accountID)
+	return err
 }
