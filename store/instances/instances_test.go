@@ -263,6 +263,26 @@ func TestSpecAndDeleteReleasesExactlyOnce(t *testing.T) {
 	if got := f.count(`SELECT generation FROM nodes WHERE id = $1`, in.NodeID); int64(got) != nodeGen+1 {
 		t.Fatalf("node generation = %d, want %d", got, nodeGen+1)
 	}
+	// A late answer to the older generation changes nothing.
+	f.tx(func(tx store.Tx) error {
+		_, err := domain.Observe(ctx, tx, in.NodeID, false, []protocol.InstanceStatus{{ID: in.ID, Generation: stopped.Generation, State: "stopped"}})
+		if err != nil {
+			return err
+		}
+		changed, err := domain.Observe(ctx, tx, in.NodeID, false, []protocol.InstanceStatus{{ID: in.ID, Generation: in.Generation, State: "running"}})
+		if err == nil && len(changed) != 0 {
+			err = fmt.Errorf("an older answer changed %v", changed)
+		}
+		return err
+	})
+	f.tx(func(tx store.Tx) (err error) { p, err = domain.Converge(ctx, tx, in.ID); return err })
+	if p.State != "stopped" {
+		t.Fatalf("after the stop's answer = %+v", p)
+	}
+	f.tx(func(tx store.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE instances SET state = 'stopping' WHERE id = $1`, in.ID)
+		return err
+	})
 	// Resize is refused while stopping (the table).
 	f.tx(func(tx store.Tx) error {
 		_, err := domain.Resize(ctx, tx, tenant, in.ID, flv)

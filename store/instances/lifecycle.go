@@ -155,9 +155,10 @@ func Observe(ctx context.Context, tx store.Tx, nodeID string, full bool, statuse
 				address = CASE WHEN $5 <> '' THEN $5 ELSE address END, applied_vcpu = $6, applied_memory_mib = $7,
 				observed_error = $8, observed_at = now()
 			WHERE id = $1 AND node_id = $2 AND state NOT IN ('draft', 'denied', 'deleted') AND $4 <= generation
+				AND $4 >= observed_generation
 			RETURNING id`, s.ID, nodeID, s.State, s.Generation, s.Address, s.VCPU, s.MemoryMiB, s.Error).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			continue // another node's, unknown, or an answer to a spec it never had
+			continue // another node's, unknown, an answer to a spec it never had, or older than one recorded
 		}
 		if err != nil {
 			return nil, err
