@@ -91,6 +91,8 @@ type metalRig struct {
 	image     apiimages.Image
 	signer    sshsigtest.Key
 	profileID string
+	// qemuProfileID deploys the test disk to a QEMU machine.
+	qemuProfileID string
 	// ramdiskProfileID deploys without writing a disk, for machines that
 	// have none (the IPMI one): boot the ramdisk, run a program there,
 	// power off.
@@ -171,6 +173,18 @@ func (r *metalRig) addImage() {
 	}
 	r.profileID = r.profile("e2e", `{"target": "metal", "image": {"name": "e2e-disk", "version": "1"}, "requireVerifiedImage": true,
 		"hostConfig": {"hostname": "{{ .node.name }}"}}`)
+	// QEMU fixes a machine's boot order when it starts, so a guest reboot
+	// boots the ramdisk again: the VM is power-cycled through its BMC once
+	// the boot device is the disk (as Ironic reboots to the instance).
+	r.qemuProfileID = r.profile("e2e-qemu", `{"target": "metal", "image": {"name": "e2e-disk", "version": "1"}, "requireVerifiedImage": true,
+		"hostConfig": {"hostname": "{{ .node.name }}"}, "steps": [
+		{"name": "check-image", "on": "control-plane", "action": "check-image"},
+		{"name": "stage-image", "on": "site", "action": "stage-image"},
+		{"name": "boot-ramdisk", "on": "site", "action": "boot-ramdisk"},
+		{"name": "write-image", "on": "ramdisk", "action": "write-image"},
+		{"name": "write-seed", "on": "ramdisk", "action": "write-seed"},
+		{"name": "boot-from-disk", "on": "site", "action": "set-boot-device", "args": {"device": "disk"}},
+		{"name": "reboot", "on": "site", "action": "power", "args": {"action": "cycle"}, "await": "rejoin"}]}`)
 	r.ramdiskProfileID = r.profile("e2e-ramdisk", `{"target": "metal", "image": {"name": "e2e-disk", "version": "1"}, "steps": [
 		{"name": "boot-ramdisk", "on": "site", "action": "boot-ramdisk"},
 		{"name": "check", "on": "ramdisk", "action": "exec", "args": {"argv": ["true"]}},
@@ -478,6 +492,7 @@ func TestMetal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		rt.profileID = r.qemuProfileID
 		n := rt.enrollRedfish("qemu-1", bmc)
 		id := n.Node.ID
 		for _, s := range wholeLifecycle {

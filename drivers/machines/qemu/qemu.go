@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,12 +104,6 @@ type process struct {
 	done   chan struct{}
 	stderr *machines.Ring
 	stdin  *os.File
-	// guestReset: the guest rebooted. QEMU runs with -no-reboot (it keeps
-	// the boot it was started with across a reset, which a BIOS would not),
-	// so it exits, and the machine starts again from its boot order now.
-	guestReset atomic.Bool
-	// eventsDone closes when the monitor's event stream ended.
-	eventsDone chan struct{}
 }
 
 // launch is what a run of QEMU boots: a reset keeps the run when the next
@@ -284,38 +277,26 @@ func (m *Machine) PowerOff(context.Context) error {
 	return nil
 }
 
-// Reset restarts QEMU, which the guest sees as a reset: the machine boots
-// from its boot order as it stands (QEMU with -no-reboot turns a reset
-// into an exit, so the monitor's system_reset would not do).
+// Reset is the monitor's system_reset when the next boot is the one this
+// run of QEMU was started for; otherwise (a new override or medium for the
+// boot) QEMU is restarted, which the guest sees the same way.
 func (m *Machine) Reset(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.runningLocked() {
 		return machines.ErrPoweredOff
 	}
+	next, _ := m.nextBootLocked()
+	if next == m.proc.boot {
+		if _, err := qmp(ctx, m.proc.socket, "system_reset", nil); err != nil {
+			return err
+		}
+		m.consumeOnceLocked()
+		m.boots++
+		return nil
+	}
 	m.killLocked()
 	return m.startLocked(ctx)
-}
-
-// rebootAfterGuestReset starts the machine again after its guest rebooted
-// (p exited for that), unless it was powered off or replaced meanwhile.
-func (m *Machine) rebootAfterGuestReset(p *process) {
-	select {
-	case <-p.eventsDone:
-	case <-time.After(2 * time.Second):
-	}
-	if !p.guestReset.Load() {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed || m.proc != p {
-		return
-	}
-	m.proc = nil
-	if err := m.startLocked(context.Background()); err != nil {
-		m.log.Warn("qemu: could not start again after the guest rebooted", "mac", m.cfg.Info.MAC, "error", err)
-	}
 }
 
 // Shutdown presses the ACPI power button; the guest may ignore it.
@@ -439,6 +420,12 @@ func (m *Machine) nextBootLocked() (launch, bool) {
 	return l, consumed
 }
 
+func (m *Machine) consumeOnceLocked() {
+	if _, consumed := m.nextBootLocked(); consumed {
+		m.override = machines.Override{}
+	}
+}
+
 // qemuBootLetter is SeaBIOS's name for a device in -boot order.
 func qemuBootLetter(d drivers.BootDevice) string {
 	switch d {
@@ -458,7 +445,6 @@ func (m *Machine) args(ctx context.Context, boot launch) ([]string, error) {
 		"-m", fmt.Sprint(info.MemoryMiB), "-smp", fmt.Sprint(info.CPUs),
 		"-nographic", "-monitor", "none", "-serial", "stdio",
 		"-qmp", "unix:" + socket + ",server=on,wait=off",
-		"-qmp", "unix:" + eventsSocket(socket) + ",server=on,wait=off", "-no-reboot",
 		"-uuid", info.UUID,
 		"-smbios", "type=1,manufacturer=" + smbiosValue(info.Manufacturer) + ",product=" + smbiosValue(info.Model) + ",serial=" + smbiosValue(info.SerialNumber),
 		"-drive", "file=" + m.disk + ",format=" + m.cfg.DiskFormat + ",if=" + m.cfg.DiskInterface,
@@ -576,14 +562,12 @@ func (m *Machine) startLocked(ctx context.Context) error {
 		return fmt.Errorf("qemu: start: %w", err)
 	}
 	stdinR.Close()
-	p := &process{cmd: cmd, socket: socket, boot: boot, done: make(chan struct{}), stderr: stderr, stdin: stdinW,
-		eventsDone: make(chan struct{})}
+	p := &process{cmd: cmd, socket: socket, boot: boot, done: make(chan struct{}), stderr: stderr, stdin: stdinW}
 	go func() {
 		err := cmd.Wait()
 		stdinW.Close()
 		m.log.Debug("qemu exited", "mac", m.cfg.Info.MAC, "err", err, "stderr", string(stderr.Bytes()))
 		close(p.done)
-		m.rebootAfterGuestReset(p)
 	}()
 	// The monitor socket appears once QEMU has set the machine up; a QEMU
 	// that exits first has refused its arguments.
@@ -592,7 +576,6 @@ func (m *Machine) startLocked(ctx context.Context) error {
 		<-p.done
 		return fmt.Errorf("qemu: start: %w: %s", err, strings.TrimSpace(string(stderr.Bytes())))
 	}
-	go watchResets(eventsSocket(socket), p)
 	if consumed {
 		m.override = machines.Override{}
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 )
 
@@ -83,43 +82,4 @@ func qmp(ctx context.Context, socket, command string, args any) (json.RawMessage
 		return nil, fmt.Errorf("qmp %s: %w", command, err)
 	}
 	return out, nil
-}
-
-// eventsSocket is the second monitor of a run, which watchResets reads.
-func eventsSocket(socket string) string { return strings.TrimSuffix(socket, ".sock") + "-events.sock" }
-
-// watchResets reads the run's event stream until QEMU exits and marks the
-// process when its guest asked for a reset (QEMU's SHUTDOWN event, reason
-// guest-reset, since it runs with -no-reboot).
-func watchResets(socket string, p *process) {
-	defer close(p.eventsDone)
-	conn, err := net.Dial("unix", socket)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	go func() {
-		<-p.done
-		conn.Close()
-	}()
-	if err := json.NewEncoder(conn).Encode(map[string]any{"execute": "qmp_capabilities"}); err != nil {
-		return
-	}
-	r := bufio.NewReader(conn)
-	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			return
-		}
-		var ev struct {
-			Event string `json:"event"`
-			Data  struct {
-				Guest  bool   `json:"guest"`
-				Reason string `json:"reason"`
-			} `json:"data"`
-		}
-		if json.Unmarshal(line, &ev) == nil && ev.Event == "SHUTDOWN" && ev.Data.Reason == "guest-reset" {
-			p.guestReset.Store(true)
-		}
-	}
 }
