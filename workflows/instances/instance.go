@@ -4,8 +4,8 @@ package instances
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/better-compute/better-compute/workflows/schedules"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -141,20 +141,5 @@ func ReconcileInstancesWorkflow(ctx workflow.Context) (int, error) {
 // EnsureSchedule creates the reconciler's schedule on taskQueue unless it
 // exists (one per namespace however many workers run).
 func EnsureSchedule(ctx context.Context, c client.Client, taskQueue string) error {
-	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID:   activities.ReconcileInstancesScheduleID,
-		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: ReconcileInterval}}},
-		Action: &client.ScheduleWorkflowAction{
-			ID:        activities.ReconcileInstancesScheduleID,
-			Workflow:  activities.ReconcileInstancesWorkflowName,
-			TaskQueue: taskQueue,
-		},
-	})
-	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create schedule %s: %w", activities.ReconcileInstancesScheduleID, err)
-	}
-	return nil
+	return schedules.EnsureEvery(ctx, c, activities.ReconcileInstancesScheduleID, activities.ReconcileInstancesWorkflowName, taskQueue, ReconcileInterval)
 }

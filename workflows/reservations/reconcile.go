@@ -2,8 +2,7 @@ package reservations
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"github.com/better-compute/better-compute/workflows/schedules"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -34,20 +33,5 @@ func ReconcileReservationsWorkflow(ctx workflow.Context) (int, error) {
 // unless it exists. Every worker calls it at start; the schedule's id makes
 // it one per namespace however many workers run.
 func EnsureSchedule(ctx context.Context, c client.Client, taskQueue string) error {
-	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID:   activities.ReconcileReservationsScheduleID,
-		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: ReconcileInterval}}},
-		Action: &client.ScheduleWorkflowAction{
-			ID:        activities.ReconcileReservationsScheduleID,
-			Workflow:  activities.ReconcileReservationsWorkflowName,
-			TaskQueue: taskQueue,
-		},
-	})
-	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create schedule %s: %w", activities.ReconcileReservationsScheduleID, err)
-	}
-	return nil
+	return schedules.EnsureEvery(ctx, c, activities.ReconcileReservationsScheduleID, activities.ReconcileReservationsWorkflowName, taskQueue, ReconcileInterval)
 }

@@ -2,8 +2,7 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"github.com/better-compute/better-compute/workflows/schedules"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -72,20 +71,5 @@ func ReconcileMetalWorkflow(ctx workflow.Context) (int, error) {
 // EnsureSchedule creates the reconciler's schedule (metal-reconciler),
 // running on taskQueue, unless it exists.
 func EnsureSchedule(ctx context.Context, c client.Client, taskQueue string) error {
-	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID:   activities.ReconcileMetalScheduleID,
-		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: ReconcileInterval}}},
-		Action: &client.ScheduleWorkflowAction{
-			ID:        activities.ReconcileMetalScheduleID,
-			Workflow:  activities.ReconcileMetalWorkflowName,
-			TaskQueue: taskQueue,
-		},
-	})
-	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create schedule %s: %w", activities.ReconcileMetalScheduleID, err)
-	}
-	return nil
+	return schedules.EnsureEvery(ctx, c, activities.ReconcileMetalScheduleID, activities.ReconcileMetalWorkflowName, taskQueue, ReconcileInterval)
 }
