@@ -3,8 +3,6 @@ package instances
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -13,37 +11,11 @@ import (
 	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/flavors"
-	"github.com/better-compute/better-compute/store/images"
 	domain "github.com/better-compute/better-compute/store/instances"
 	"github.com/better-compute/better-compute/store/pools"
 	"github.com/better-compute/better-compute/store/provideraccounts"
 	"github.com/better-compute/better-compute/store/secrets"
 )
-
-// Provider tags of every droplet an instance owns.
-const (
-	TagManaged        = "better-compute-managed"
-	TagInstancePrefix = "better-compute-instance:"
-	TagTenantPrefix   = "better-compute-tenant:"
-)
-
-// ListGrace is how long after a create was sent a droplet that is not
-// listed yet is waited for (the provider lists new droplets late) before
-// the create is sent again.
-const ListGrace = 2 * time.Minute
-
-// ServerName is the deterministic droplet name of an instance: "bc-i-"
-// and 24 characters of its id's body, so a lost create is recognised.
-func ServerName(instanceID string) string {
-	body := instanceID[strings.IndexByte(instanceID, '_')+1:]
-	if len(body) > 24 {
-		body = body[:24]
-	}
-	return "bc-i-" + body
-}
-
-// InstanceTag is the tag naming the instance's droplet.
-func InstanceTag(instanceID string) string { return TagInstancePrefix + instanceID }
 
 // providerTarget is what a provider convergence reads from the database.
 type providerTarget struct {
@@ -119,11 +91,7 @@ func (a *Instances) providerTarget(ctx context.Context, id string) (providerTarg
 		if t.flavor, err = flavorOf(ctx, tx, t.in); err != nil {
 			return err
 		}
-		im, err := images.Get(ctx, tx, t.in.TenantID, t.in.ImageID)
-		if err != nil {
-			return err
-		}
-		t.image = im.Name
+		t.image = t.in.ProviderImage
 		acct, err := provideraccounts.Get(ctx, tx, t.pool.ProviderAccountID)
 		if err != nil {
 			return err
@@ -164,31 +132,23 @@ func flavorOf(ctx context.Context, tx store.Tx, in domain.Instance) (flavors.Fla
 // stepProvider makes one convergence step at the provider.
 func (a *Instances) stepProvider(ctx context.Context, p providers.Provider, t providerTarget) error {
 	id := t.in.ID
+	journal := createJournal{db: a.Store.Pool, id: id}
 	if t.in.DesiredState == string(states.DesiredDeleted) {
-		servers, err := p.ServersTagged(ctx, InstanceTag(id))
-		if err != nil {
-			return err
-		}
-		for _, s := range servers {
-			if err := p.DeleteServer(ctx, s.ID); err != nil {
-				return err
-			}
-		}
 		if t.in.ProviderServerID != "" {
 			if err := p.DeleteServer(ctx, t.in.ProviderServerID); err != nil && !errors.Is(err, providers.ErrNotFound) {
 				return err
 			}
 		}
-		return a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return domain.FinishDelete(ctx, tx, id) })
-	}
-	server, found, err := a.findServer(ctx, p, t.in)
-	if err != nil {
-		return err
-	}
-	if !found {
-		if server, err = a.createServer(ctx, p, t); err != nil || server.ID == "" {
+		// Every droplet with the instance's tag, and none while a create
+		// may still appear in the listing.
+		if err := providers.EnsureDeleted(ctx, p, providers.InstanceTag(id), journal); err != nil {
 			return err
 		}
+		return a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return domain.FinishDelete(ctx, tx, id) })
+	}
+	server, err := a.ensureServer(ctx, p, t, journal)
+	if err != nil {
+		return err
 	}
 	if err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		return domain.RecordProvider(ctx, tx, id, server.ID, server.PublicIPv4)
@@ -227,52 +187,31 @@ func (a *Instances) stepProvider(ctx context.Context, p providers.Provider, t pr
 	return a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error { return domain.SetObserved(ctx, tx, id, observed) })
 }
 
-// findServer finds the instance's droplet: by its recorded id, else by
-// its instance tag (the one with the instance's name).
-func (a *Instances) findServer(ctx context.Context, p providers.Provider, in domain.Instance) (providers.Server, bool, error) {
-	if in.ProviderServerID != "" {
-		s, err := p.GetServer(ctx, in.ProviderServerID)
-		if err == nil {
-			return s, true, nil
-		}
-		if !errors.Is(err, providers.ErrNotFound) {
-			return providers.Server{}, false, err
-		}
-	}
-	servers, err := p.ServersTagged(ctx, InstanceTag(in.ID))
-	if err != nil {
-		return providers.Server{}, false, err
-	}
-	for _, s := range servers {
-		if s.Name == ServerName(in.ID) {
-			return s, true, nil
+// ensureServer reads the instance's droplet by its recorded id, else
+// finds or creates it by its instance tag (providers.EnsureServer, with
+// the create journaled on the instance row: a lost create is found
+// again, never sent twice while it may still be listed).
+func (a *Instances) ensureServer(ctx context.Context, p providers.Provider, t providerTarget, journal createJournal) (providers.Server, error) {
+	if t.in.ProviderServerID != "" {
+		s, err := p.GetServer(ctx, t.in.ProviderServerID)
+		if err == nil || !errors.Is(err, providers.ErrNotFound) {
+			return s, err
 		}
 	}
-	return providers.Server{}, false, nil
+	s, _, err := providers.EnsureServer(ctx, p, providers.CreateServer{Name: providers.ServerName(t.in.ID), Region: t.region,
+		Size: t.flavor.ProviderSize, Image: t.image, UserData: t.userData,
+		Tags: providers.ServerTags(t.in.ID, t.in.TenantID)}, providers.InstanceTag(t.in.ID), journal)
+	return s, err
 }
 
-// createServer sends the create, recording create_sent_at first. When a
-// create was sent before and its droplet is not listed yet, it waits
-// (a retryable error) for ListGrace before it sends another.
-func (a *Instances) createServer(ctx context.Context, p providers.Provider, t providerTarget) (providers.Server, error) {
-	id := t.in.ID
-	sentAt, err := domain.CreateSentAt(ctx, a.Store.Pool, id)
-	if err != nil {
-		return providers.Server{}, err
-	}
-	if sentAt > 0 && time.Since(time.UnixMilli(sentAt)) < ListGrace {
-		return providers.Server{}, fmt.Errorf("instances: the droplet of %s created at %d is not listed yet", id, sentAt)
-	}
-	if err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		if sentAt > 0 {
-			return domain.ResendCreate(ctx, tx, id)
-		}
-		_, err := domain.MarkCreateSent(ctx, tx, id)
-		return err
-	}); err != nil {
-		return providers.Server{}, err
-	}
-	return p.CreateServer(ctx, providers.CreateServer{Name: ServerName(id), Region: t.region, Size: t.flavor.ProviderSize,
-		Image: t.image, UserData: t.userData,
-		Tags: []string{TagManaged, InstanceTag(id), TagTenantPrefix + t.in.TenantID}})
+// createJournal is providers.CreateJournal on the instance's row.
+type createJournal struct {
+	db store.DBTX
+	id string
 }
+
+func (j createJournal) Pending(ctx context.Context) (time.Duration, bool, error) {
+	return domain.CreateSentAgo(ctx, j.db, j.id)
+}
+func (j createJournal) Record(ctx context.Context) error { return domain.RecordCreateSent(ctx, j.db, j.id) }
+func (j createJournal) Forget(ctx context.Context) error { return domain.ForgetCreateSent(ctx, j.db, j.id) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,7 +150,7 @@ func providerInstance(t *testing.T, st *store.Store, vault *secrets.Vault) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	siteID, acct, poolID, image, flavor := core.NewID("site"), core.NewID("pacct"), core.NewID("pool"), core.NewID("img"), core.NewID("flv")
+	siteID, acct, poolID, flavor := core.NewID("site"), core.NewID("pacct"), core.NewID("pool"), core.NewID("flv")
 	for _, q := range []struct {
 		sql  string
 		args []any
@@ -162,8 +161,6 @@ func providerInstance(t *testing.T, st *store.Store, vault *secrets.Vault) strin
 			VALUES ($1, $2, 'digitalocean', 'do', $3, 'idn_x')`, []any{acct, tenant, "secret://" + tenant + "/do-token"}},
 		{`INSERT INTO pools (id, tenant_id, site_id, name, class, gpu_model, gpu_memory_gb, agent, provider_account_id, created_by)
 			VALUES ($1, $2, $3, $1, 'provider', 'NONE', 1, 'none', $4, 'idn_x')`, []any{poolID, tenant, siteID, acct}},
-		{`INSERT INTO images (id, tenant_id, name, version, format, sha256, size_bytes, state, created_by)
-			VALUES ($1, $2, 'ubuntu-24-04-x64', '1', 'raw', $3, 1, 'available', 'idn_x')`, []any{image, tenant, strings.Repeat("ab", 32)}},
 		{`INSERT INTO flavors (id, tenant_id, pool_id, name, vcpu, memory_mib, provider_size)
 			VALUES ($1, $2, $3, 's1', 1, 1024, 's-1vcpu-1gb')`, []any{flavor, tenant, poolID}},
 	} {
@@ -179,7 +176,7 @@ func providerInstance(t *testing.T, st *store.Store, vault *secrets.Vault) strin
 			return err
 		}
 		if _, err := domain.Draft(ctx, tx, types, tenant, id, "idn_o", domain.Request{PoolID: poolID, FlavorID: flavor,
-			ImageID: image, Name: "d"}); err != nil {
+			ProviderImage: "ubuntu-24-04-x64", Name: "d"}); err != nil {
 			return err
 		}
 		_, err := domain.Place(ctx, tx, tenant, id)
@@ -219,7 +216,7 @@ func TestProviderConvergesOnOneDroplet(t *testing.T) {
 			case err == nil && p.State == want:
 				return
 			case err == nil, errors.As(err, &app) && app.Type() == "RateLimited",
-				errors.Is(err, providers.ErrUnavailable), err != nil && strings.Contains(err.Error(), "not listed yet"):
+				errors.Is(err, providers.ErrUnavailable), errors.Is(err, providers.ErrOutcomeUnknown):
 			default:
 				t.Fatalf("attempt %d: %v", attempt, err)
 			}
@@ -231,7 +228,7 @@ func TestProviderConvergesOnOneDroplet(t *testing.T) {
 		t.Fatalf("creates %d, servers %+v", fake.creates, fake.servers)
 	}
 	s := fake.servers[0]
-	if s.Name != ServerName(id) || !slices.Contains(s.Tags, InstanceTag(id)) || !slices.Contains(s.Tags, TagTenantPrefix+tenant) {
+	if s.Name != providers.ServerName(id) || !slices.Equal(s.Tags, providers.ServerTags(id, tenant)) {
 		t.Fatalf("droplet = %+v", s)
 	}
 	var address, server string

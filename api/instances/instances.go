@@ -41,7 +41,10 @@ type CreateInput struct {
 	IdempotencyKey string   `json:"idempotencyKey" jsonschema:"required" id:"tenant"`
 	PoolID         string   `json:"poolId" jsonschema:"required" id:"pool"`
 	FlavorID       string   `json:"flavorId" jsonschema:"required" id:"flv"`
-	ImageID        string   `json:"imageId" jsonschema:"required" id:"img"`
+	// ImageID (vps-host pools) or ProviderImage (provider pools: a slug or
+	// id that providerAccounts.offers lists), exactly one.
+	ImageID        string   `json:"imageId,omitempty" id:"img"`
+	ProviderImage  string   `json:"providerImage,omitempty" jsonschema:"maxLength=100,pattern=^[a-z0-9][a-z0-9._-]*$"`
 	Name           string   `json:"name" jsonschema:"required,minLength=1,maxLength=63,pattern=^[a-z0-9]([a-z0-9-]{0\\,61}[a-z0-9])?$"`
 	ProjectID      string   `json:"projectId,omitempty" id:"prj"`
 	UserData       string   `json:"userData,omitempty" jsonschema:"maxLength=65536"`
@@ -110,7 +113,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Admission: &rpc.Admission[CreateInput, Instance]{
 				Prepare: func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in CreateInput) (iam.Resource, error) {
 					row, err := domain.Draft(ctx, tx, m.types(), c.TenantID, draftID, c.Caller.IdentityID, domain.Request{
-						PoolID: in.PoolID, FlavorID: in.FlavorID, ImageID: in.ImageID, Name: in.Name, ProjectID: in.ProjectID,
+						PoolID: in.PoolID, FlavorID: in.FlavorID, ImageID: in.ImageID, ProviderImage: in.ProviderImage, Name: in.Name, ProjectID: in.ProjectID,
 						UserData: in.UserData, Command: in.Command, ReservationID: in.ReservationID})
 					return iam.Resource{Type: row.Type, ID: row.ID}, err
 				},

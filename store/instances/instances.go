@@ -43,7 +43,10 @@ type Instance struct {
 	ProjectID       string `json:"projectId,omitempty"`
 	PoolID          string `json:"poolId"`
 	FlavorID        string `json:"flavorId"`
-	ImageID         string `json:"imageId"`
+	// ImageID is the registered image (vps-host pools); ProviderImage the
+	// provider's image slug or id (provider pools). Exactly one is set.
+	ImageID         string `json:"imageId,omitempty"`
+	ProviderImage   string `json:"providerImage,omitempty"`
 	Name            string `json:"name"`
 	DesiredState    string `json:"desiredState"`
 	State           string `json:"state"`
@@ -78,7 +81,7 @@ type Instance struct {
 }
 
 // columns are what scan reads, from instances i joined with flavors f.
-var columns = `i.id, i.tenant_id, i.owner_identity_id, i.project_id, i.pool_id, i.flavor_id, i.image_id, i.name,
+var columns = `i.id, i.tenant_id, i.owner_identity_id, i.project_id, i.pool_id, i.flavor_id, i.image_id, i.provider_image, i.name,
 	i.desired_state, i.state, i.generation, i.observed_generation, COALESCE(i.node_id, ''), i.address,
 	COALESCE(i.user_data_ref, ''), (i.user_data IS NOT NULL OR i.user_data_ref IS NOT NULL), i.command,
 	f.vcpu, f.memory_mib, f.gpus, f.runtime,
@@ -93,7 +96,7 @@ func msOf(col string) string { return `(floor(extract(epoch FROM ` + col + `) * 
 func scan(row pgx.Row) (Instance, error) {
 	var in Instance
 	var failure []byte
-	err := row.Scan(&in.ID, &in.TenantID, &in.OwnerIdentityID, &in.ProjectID, &in.PoolID, &in.FlavorID, &in.ImageID, &in.Name,
+	err := row.Scan(&in.ID, &in.TenantID, &in.OwnerIdentityID, &in.ProjectID, &in.PoolID, &in.FlavorID, &in.ImageID, &in.ProviderImage, &in.Name,
 		&in.DesiredState, &in.State, &in.Generation, &in.ObservedGeneration, &in.NodeID, &in.Address,
 		&in.UserDataRef, &in.HasUserData, &in.Command, &in.VCPU, &in.MemoryMiB, &in.GPUs, &in.Runtime, &in.Devices,
 		&in.ObservedError, &failure, &in.ProviderServerID, &in.CreatedAt, &in.UpdatedAt, &in.DeletedAt)
@@ -181,6 +184,9 @@ type Types struct {
 // Request is what instances.create asks for.
 type Request struct {
 	PoolID, FlavorID, ImageID, Name, ProjectID string
+	// ProviderImage is a provider pool's image: a slug or id of the
+	// provider's (providerAccounts.offers lists them).
+	ProviderImage string
 	// UserData is plain text, or a secret:// reference.
 	UserData      string
 	Command       []string
@@ -225,13 +231,9 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 	if len(in.Command) > 0 && flavor.Runtime != flavors.RuntimeContainer {
 		return store.AuthzResource{}, badField("command", "runtime", "command is for container flavors only")
 	}
-	image, err := images.Get(ctx, tx, tenantID, in.ImageID)
+	image, err := draftImage(ctx, tx, tenantID, pool.Class, in)
 	if err != nil {
 		return store.AuthzResource{}, err
-	}
-	if image.State != coreimages.StateAvailable {
-		return store.AuthzResource{}, core.Errorf(core.CodeInvalidState, "image %s is %s; its bytes are not uploaded", image.ID, image.State).
-			WithDetails(map[string]any{"field": "imageId", "reason": "notUploaded"})
 	}
 	if in.ProjectID != "" {
 		var one int
@@ -261,19 +263,57 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 		in.Command = []string{}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, project_id, pool_id, flavor_id, image_id, name,
-			desired_state, state, user_data, user_data_ref, command)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', 'draft', $9, $10, $11)`,
-		draftID, tenantID, ownerID, in.ProjectID, pool.ID, flavor.ID, image.ID, in.Name, plain, ref, in.Command); err != nil {
+			desired_state, state, user_data, user_data_ref, command, provider_image)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', 'draft', $9, $10, $11, $12)`,
+		draftID, tenantID, ownerID, in.ProjectID, pool.ID, flavor.ID, image.ID, in.Name, plain, ref, in.Command, in.ProviderImage); err != nil {
 		return store.AuthzResource{}, err
 	}
-	row := authzRow(types, tenantID, draftID, ownerID, pool.ID, flavor, image, in.ProjectID)
+	row := authzRow(types, tenantID, draftID, ownerID, pool.ID, flavor, image, in.ProviderImage, in.ProjectID)
 	return row, store.PutAuthzResource(ctx, tx, row)
 }
 
-// authzRow is an instance's authorization row.
-func authzRow(types Types, tenantID, id, ownerID, poolID string, f flavors.Flavor, im coreimages.Image, projectID string) store.AuthzResource {
+// draftImage checks the create's image for the pool's class: a vps-host
+// pool runs a registered image the tenant may see whose bytes are
+// uploaded; a provider pool boots one of the provider's images, which
+// only the provider can check (an unknown one fails the instance with
+// the provider's refusal).
+func draftImage(ctx context.Context, tx store.Tx, tenantID, class string, in Request) (coreimages.Image, error) {
+	if class == ClassProvider {
+		if in.ImageID != "" {
+			return coreimages.Image{}, badField("imageId", "providerPool",
+				"a provider pool boots one of the provider's images: give providerImage (providerAccounts.offers lists them), not imageId")
+		}
+		if in.ProviderImage == "" {
+			return coreimages.Image{}, badField("providerImage", "required", "a provider pool's instance needs providerImage")
+		}
+		return coreimages.Image{}, nil
+	}
+	if in.ProviderImage != "" {
+		return coreimages.Image{}, badField("providerImage", "providerPoolsOnly", "providerImage is for provider pools; give imageId")
+	}
+	if in.ImageID == "" {
+		return coreimages.Image{}, badField("imageId", "required", "a %s pool's instance needs imageId", class)
+	}
+	image, err := images.Get(ctx, tx, tenantID, in.ImageID)
+	if err != nil {
+		return coreimages.Image{}, err
+	}
+	if image.State != coreimages.StateAvailable {
+		return coreimages.Image{}, core.Errorf(core.CodeInvalidState, "image %s is %s; its bytes are not uploaded", image.ID, image.State).
+			WithDetails(map[string]any{"field": "imageId", "reason": "notUploaded"})
+	}
+	return image, nil
+}
+
+// authzRow is an instance's authorization row. A provider image is never
+// verified (we hold no signature of it), so a policy that requires
+// imageVerified denies it: fail closed.
+func authzRow(types Types, tenantID, id, ownerID, poolID string, f flavors.Flavor, im coreimages.Image, providerImage, projectID string) store.AuthzResource {
 	attrs := map[string]any{"vcpu": f.VCPU, "memoryGiB": f.MemoryGiB, "gpus": f.GPUs,
 		"imageId": im.ID, "imageVerified": im.Verified}
+	if providerImage != "" {
+		attrs["providerImage"] = providerImage
+	}
 	if projectID != "" {
 		attrs["projectId"] = projectID
 	}

@@ -325,21 +325,11 @@ func finishDelete(ctx context.Context, tx store.Tx, in Instance) error {
 }
 
 // RecordProvider records the provider server an instance's workflow made
-// or found, and its address.
+// or found, and its address; the journaled create is accounted for.
 func RecordProvider(ctx context.Context, tx store.Tx, id, serverID, address string) error {
-	_, err := tx.Exec(ctx, `UPDATE instances SET provider_server_id = $2,
+	_, err := tx.Exec(ctx, `UPDATE instances SET provider_server_id = $2, create_sent_at = NULL,
 			address = CASE WHEN $3 <> '' THEN $3 ELSE address END, updated_at = now() WHERE id = $1`, id, serverID, address)
 	return err
-}
-
-// MarkCreateSent records that a provider create is about to be sent
-// (before the call), so a retry after an unknown outcome looks the server
-// up before it ever creates again; it answers whether one was sent before.
-func MarkCreateSent(ctx context.Context, tx store.Tx, id string) (bool, error) {
-	var before bool
-	err := tx.QueryRow(ctx, `UPDATE instances SET create_sent_at = COALESCE(create_sent_at, now())
-		WHERE id = $1 RETURNING create_sent_at < now()`, id).Scan(&before)
-	return before, err
 }
 
 // SetObserved records a provider's observed state of the instance (the
@@ -408,18 +398,37 @@ func UserData(ctx context.Context, db store.DBTX, id string) (plain, ref string,
 	return plain, ref, err
 }
 
-// CreateSentAt is when the instance's provider create was first sent
-// (epoch ms, 0: never).
-func CreateSentAt(ctx context.Context, db store.DBTX, id string) (int64, error) {
-	var at int64
-	err := db.QueryRow(ctx, `SELECT COALESCE(`+msOf("create_sent_at")+`, 0) FROM instances WHERE id = $1`, id).Scan(&at)
-	return at, err
+// The provider create's journal on the instance row (create_sent_at),
+// which drivers/providers.EnsureServer keeps so a create whose outcome is
+// unknown is looked up before another is ever sent. Ages are measured on
+// the database's clock, the one every worker shares.
+
+// CreateSentAgo answers how long ago the instance's provider create was
+// recorded as sent, and whether one is.
+func CreateSentAgo(ctx context.Context, db store.DBTX, id string) (time.Duration, bool, error) {
+	var ms *int64
+	err := db.QueryRow(ctx, `SELECT (floor(extract(epoch FROM now() - create_sent_at) * 1000))::bigint FROM instances WHERE id = $1`,
+		id).Scan(&ms)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, notFound(id)
+	}
+	if err != nil || ms == nil {
+		return 0, false, err
+	}
+	return time.Duration(*ms) * time.Millisecond, true, nil
 }
 
-// ResendCreate clears the record of a create whose droplet never showed
-// up, so the next create is recorded afresh.
-func ResendCreate(ctx context.Context, tx store.Tx, id string) error {
-	_, err := tx.Exec(ctx, `UPDATE instances SET create_sent_at = now() WHERE id = $1`, id)
+// RecordCreateSent records, before the call, that a provider create is
+// about to be sent.
+func RecordCreateSent(ctx context.Context, db store.DBTX, id string) error {
+	_, err := db.Exec(ctx, `UPDATE instances SET create_sent_at = now() WHERE id = $1`, id)
+	return err
+}
+
+// ForgetCreateSent clears the record of a create that certainly made
+// nothing (refused, rate limited, never sent).
+func ForgetCreateSent(ctx context.Context, db store.DBTX, id string) error {
+	_, err := db.Exec(ctx, `UPDATE instances SET create_sent_at = NULL WHERE id = $1`, id)
 	return err
 }
 
