@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,17 @@ const VMGuestPort = 22
 
 func (r *Runtime) vmFile(id, name string) string { return filepath.Join(r.instanceDir(id), name) }
 
+// qmpDir holds the VMs' QMP sockets. A socket's path must be shorter than
+// 108 bytes (sun_path), which a state directory and a 60-character
+// instance id overrun, so it is named by a digest of both in a short
+// directory; /run is emptied at boot, when no VM survives anyway.
+const qmpDir = "/run/better-compute/qmp"
+
+func (r *Runtime) qmpSocket(id string) string {
+	sum := sha256.Sum256([]byte(r.instanceDir(id)))
+	return filepath.Join(qmpDir, hex.EncodeToString(sum[:12])+".sock")
+}
+
 // vmLaunch is what a VM was started with (vm.json): a change of limits
 // restarts it.
 type vmLaunch struct {
@@ -54,7 +67,7 @@ func (r *Runtime) vmPid(id string) int {
 		return 0
 	}
 	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-	if err != nil || !bytes.Contains(cmdline, []byte(r.vmFile(id, "qmp.sock"))) {
+	if err != nil || !bytes.Contains(cmdline, []byte(r.qmpSocket(id))) {
 		return 0
 	}
 	if st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat")); err == nil {
@@ -158,7 +171,7 @@ func (r *Runtime) startVM(ctx context.Context, in nodespec.Instance) error {
 	}
 	args := []string{"-name", in.ID, "-machine", "accel=tcg", "-smp", strconv.Itoa(in.VCPU), "-m", strconv.FormatInt(in.MemoryMiB, 10),
 		"-display", "none", "-serial", "file:" + r.ConsoleLog(in.ID), "-monitor", "none",
-		"-qmp", "unix:" + r.vmFile(in.ID, "qmp.sock") + ",server=on,wait=off",
+		"-qmp", "unix:" + r.qmpSocket(in.ID) + ",server=on,wait=off",
 		"-pidfile", r.vmFile(in.ID, "qemu.pid"), "-daemonize",
 		"-netdev", fmt.Sprintf("user,id=n0,hostfwd=tcp:127.0.0.1:%s-:%d", port, VMGuestPort),
 		"-device", "virtio-net-pci,netdev=n0"}
@@ -178,7 +191,10 @@ func (r *Runtime) startVM(ctx context.Context, in nodespec.Instance) error {
 		args = append(args, "-drive", "file="+seed+",media=cdrom,readonly=on,if=ide,index=1")
 	}
 	_ = os.Remove(r.vmFile(in.ID, "qemu.pid"))
-	_ = os.Remove(r.vmFile(in.ID, "qmp.sock"))
+	if err := os.MkdirAll(qmpDir, 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(r.qmpSocket(in.ID))
 	if out, err := exec.CommandContext(ctx, r.o.QEMU, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("qemu: %w: %s", err, bytes.TrimSpace(out))
 	}
@@ -262,11 +278,11 @@ func (r *Runtime) stopVM(ctx context.Context, id string) error {
 	if pid == 0 {
 		return nil
 	}
-	if err := qmp(ctx, r.vmFile(id, "qmp.sock"), "system_powerdown"); err != nil {
+	if err := qmp(ctx, r.qmpSocket(id), "system_powerdown"); err != nil {
 		r.log.Warn("runtime: VM power-down", "instance", id, "error", err)
 	}
 	if !r.waitVMGone(ctx, id, r.o.StopGrace) {
-		if err := qmp(ctx, r.vmFile(id, "qmp.sock"), "quit"); err != nil {
+		if err := qmp(ctx, r.qmpSocket(id), "quit"); err != nil {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if !r.waitVMGone(ctx, id, 5*time.Second) {
@@ -277,7 +293,7 @@ func (r *Runtime) stopVM(ctx context.Context, id string) error {
 		}
 	}
 	_ = os.Remove(r.vmFile(id, "qemu.pid"))
-	_ = os.Remove(r.vmFile(id, "qmp.sock"))
+	_ = os.Remove(r.qmpSocket(id))
 	r.log.Info("runtime: VM stopped", "instance", id)
 	return nil
 }

@@ -70,16 +70,17 @@ type agentSession struct {
 	mu     sync.Mutex
 	epoch  int64
 	// notices are the notice kinds not yet served (noticeIdentity,
-	// noticeCommands); conn is the session's stream once it is served.
+	// noticeCommands, noticeSpec); conn is the session's stream once it is served.
 	notices atomic.Uint32
 	conn    atomic.Pointer[sessionConn]
 }
 
 // Notice kinds: check the identity again (a revocation), read the node's
-// pending commands.
+// pending commands, send its NodeSpec when its generation moved.
 const (
 	noticeIdentity uint32 = 1 << iota
 	noticeCommands
+	noticeSpec
 )
 
 // notify asks the session to serve a notice. A session has no goroutine
@@ -234,14 +235,14 @@ func (g *Gateway) listenAgentsOnce(ctx context.Context, connected func()) error 
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	for _, ch := range []string{domain.NodeIdentityRevokedChannel, store.NodeCommandsChannel} {
+	for _, ch := range []string{domain.NodeIdentityRevokedChannel, store.NodeCommandsChannel, domain.NodeSpecChannel} {
 		if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}
 	}
 	connected()
 	for _, a := range g.agentsOf("") {
-		a.notify(noticeIdentity | noticeCommands)
+		a.notify(noticeIdentity | noticeCommands | noticeSpec)
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -254,6 +255,8 @@ func (g *Gateway) listenAgentsOnce(ctx context.Context, connected func()) error 
 				a.notify(noticeIdentity)
 			case store.NodeCommandsChannel:
 				a.notify(noticeCommands)
+			case domain.NodeSpecChannel:
+				a.notify(noticeSpec)
 			}
 		}
 	}
@@ -431,6 +434,11 @@ func (c *sessionConn) run(ctx context.Context, body io.Reader) (cause error) {
 func (c *sessionConn) notice(kinds uint32) error {
 	if kinds&noticeIdentity != 0 {
 		if err := c.checkIdentity(c.ctx); err != nil {
+			return err
+		}
+	}
+	if kinds&noticeSpec != 0 && c.a.getEpoch() > 0 {
+		if err := c.sendSpec(c.ctx); err != nil {
 			return err
 		}
 	}

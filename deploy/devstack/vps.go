@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/better-compute/better-compute/api"
@@ -257,3 +258,17 @@ func (s *Stack) findDemoImage(ctx context.Context, admin *api.Client) (string, e
 
 // VPS is the VPS fleet of the running stack.
 func (s *Stack) VPS() VPSFleet { return s.vps }
+
+// Provider is the fake DigitalOcean API behind the provider pool (nil
+// when the stack serves none): tests inject its faults and read its
+// counters.
+func (s *Stack) Provider() *dofake.Fake {
+	if s.provider == nil {
+		return nil
+	}
+	return s.provider.Fake
+}
+
+// HostAgentDir is the VPS host agent's state directory (its instances,
+// runc's state, its VMs' files).
+func (s *Stack) HostAgentDir() string { return filepath.Join(s.opts.Dir, "agents", hostAgent) }

@@ -271,6 +271,10 @@ func Spec(ctx context.Context, db store.DBTX, nodeID string) (int64, nodespec.Sp
 	return generation, spec, nil
 }
 
+// NodeSpecChannel is notified with the node id when a node's NodeSpec
+// generation moves (a trigger, migrations/00039_node_spec_notify.sql).
+const NodeSpecChannel = "node_spec"
+
 // BumpGeneration moves the node's NodeSpec generation after a change of a
 // section other domains keep (its instances, its sshd trust), in the
 // caller's transaction; the session sends the new spec.

@@ -20,6 +20,10 @@ import (
 // missed signal, a node lost while it ran).
 const settledPoll = 5 * time.Minute
 
+// providerFirstPoll is the first pause of a converging provider
+// instance's rounds.
+const providerFirstPoll = time.Second
+
 // maxRounds bounds the rounds of one run before it continues as new, so
 // its history stays short.
 const maxRounds = 500
@@ -63,6 +67,7 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 	changed := workflow.GetSignalChannel(ctx, activities.SignalDesiredChanged)
 	status := workflow.GetSignalChannel(ctx, activities.SignalStatus)
 	failedMarked := false
+	converging := 0 // consecutive unsettled rounds
 	var since time.Time // when this run first saw the state differ from the desired one
 	for round := 0; ; round++ {
 		var pr activities.Progress
@@ -90,6 +95,11 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 			since = workflow.Now(ctx).Add(-pr.ConvergingFor)
 		}
 		wait := poll
+		if pr.Settled || pr.State == "failed" {
+			converging = 0
+		} else {
+			converging++
+		}
 		switch {
 		case pr.Settled || pr.State == "failed":
 			wait = settledPoll
@@ -104,6 +114,10 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 			}
 			failedMarked = true
 			continue
+		case pr.Provider:
+			// No node signals a provider's progress: poll from a second,
+			// doubling up to the poll, so a droplet's boot is seen soon.
+			wait = min(poll, providerFirstPoll<<min(converging-1, 6))
 		}
 		if round >= maxRounds {
 			return workflow.NewContinueAsNewError(ctx, activities.InstanceWorkflowName, p)
