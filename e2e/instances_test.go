@@ -462,4 +462,3 @@ func (v *vpsStack) registerTestDisk(tb testing.TB) string {
 	}
 	return reg.Image.ID
 }
-

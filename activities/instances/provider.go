@@ -213,5 +213,9 @@ type createJournal struct {
 func (j createJournal) Pending(ctx context.Context) (time.Duration, bool, error) {
 	return domain.CreateSentAgo(ctx, j.db, j.id)
 }
-func (j createJournal) Record(ctx context.Context) error { return domain.RecordCreateSent(ctx, j.db, j.id) }
-func (j createJournal) Forget(ctx context.Context) error { return domain.ForgetCreateSent(ctx, j.db, j.id) }
+func (j createJournal) Record(ctx context.Context) error {
+	return domain.RecordCreateSent(ctx, j.db, j.id)
+}
+func (j createJournal) Forget(ctx context.Context) error {
+	return domain.ForgetCreateSent(ctx, j.db, j.id)
+}

@@ -37,19 +37,19 @@ type InstanceList struct {
 // compute:secrets:manage); command (container flavors only) replaces the
 // image's /sbin/init.
 type CreateInput struct {
-	TenantID       string   `json:"tenantId" jsonschema:"required" id:"tenant"`
-	IdempotencyKey string   `json:"idempotencyKey" jsonschema:"required" id:"tenant"`
-	PoolID         string   `json:"poolId" jsonschema:"required" id:"pool"`
-	FlavorID       string   `json:"flavorId" jsonschema:"required" id:"flv"`
+	TenantID       string `json:"tenantId" jsonschema:"required" id:"tenant"`
+	IdempotencyKey string `json:"idempotencyKey" jsonschema:"required" id:"tenant"`
+	PoolID         string `json:"poolId" jsonschema:"required" id:"pool"`
+	FlavorID       string `json:"flavorId" jsonschema:"required" id:"flv"`
 	// ImageID (vps-host pools) or ProviderImage (provider pools: a slug or
 	// id that providerAccounts.offers lists), exactly one.
-	ImageID        string   `json:"imageId,omitempty" id:"img"`
-	ProviderImage  string   `json:"providerImage,omitempty" jsonschema:"maxLength=100,pattern=^[a-z0-9][a-z0-9._-]*$"`
-	Name           string   `json:"name" jsonschema:"required,minLength=1,maxLength=63,pattern=^[a-z0-9]([a-z0-9-]{0\\,61}[a-z0-9])?$"`
-	ProjectID      string   `json:"projectId,omitempty" id:"prj"`
-	UserData       string   `json:"userData,omitempty" jsonschema:"maxLength=65536"`
-	Command        []string `json:"command,omitempty" jsonschema:"maxItems=64,items.maxLength=4096"`
-	ReservationID  string   `json:"reservationId,omitempty" id:"rsv"`
+	ImageID       string   `json:"imageId,omitempty" id:"img"`
+	ProviderImage string   `json:"providerImage,omitempty" jsonschema:"maxLength=100,pattern=^[a-z0-9][a-z0-9._-]*$"`
+	Name          string   `json:"name" jsonschema:"required,minLength=1,maxLength=63,pattern=^[a-z0-9]([a-z0-9-]{0\\,61}[a-z0-9])?$"`
+	ProjectID     string   `json:"projectId,omitempty" id:"prj"`
+	UserData      string   `json:"userData,omitempty" jsonschema:"maxLength=65536"`
+	Command       []string `json:"command,omitempty" jsonschema:"maxItems=64,items.maxLength=4096"`
+	ReservationID string   `json:"reservationId,omitempty" id:"rsv"`
 }
 
 // InstanceInput names one instance.

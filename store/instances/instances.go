@@ -45,11 +45,11 @@ type Instance struct {
 	FlavorID        string `json:"flavorId"`
 	// ImageID is the registered image (vps-host pools); ProviderImage the
 	// provider's image slug or id (provider pools). Exactly one is set.
-	ImageID         string `json:"imageId,omitempty"`
-	ProviderImage   string `json:"providerImage,omitempty"`
-	Name            string `json:"name"`
-	DesiredState    string `json:"desiredState"`
-	State           string `json:"state"`
+	ImageID       string `json:"imageId,omitempty"`
+	ProviderImage string `json:"providerImage,omitempty"`
+	Name          string `json:"name"`
+	DesiredState  string `json:"desiredState"`
+	State         string `json:"state"`
 	// Generation numbers the desired state and limits; ObservedGeneration
 	// is the one the node last answered.
 	Generation         int64  `json:"generation"`

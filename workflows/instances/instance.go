@@ -67,7 +67,7 @@ func InstanceWorkflow(ctx workflow.Context, p activities.InstanceParams) error {
 	changed := workflow.GetSignalChannel(ctx, activities.SignalDesiredChanged)
 	status := workflow.GetSignalChannel(ctx, activities.SignalStatus)
 	failedMarked := false
-	converging := 0 // consecutive unsettled rounds
+	converging := 0     // consecutive unsettled rounds
 	var since time.Time // when this run first saw the state differ from the desired one
 	for round := 0; ; round++ {
 		var pr activities.Progress
