@@ -49,9 +49,9 @@ func newTunnelEnv(t *testing.T, tune ...func(*agentgateway.Deps)) *tunnelEnv {
 	t.Helper()
 	ae := newAgentEnv(t, 20*time.Second, "", tune...)
 	te := &tunnelEnv{agentEnv: ae, echo: newEchoServer(t), instance: core.NewID("inst")}
-	te.targets = func(ctx context.Context, tx store.Tx, tenantID, instanceID string) (string, string, error) {
+	te.targets = func(ctx context.Context, tx store.Tx, tenantID, instanceID string, port int) (string, string, error) {
 		if tenantID == "acme" && instanceID == te.instance {
-			return ae.node.ID, "127.0.0.1", nil
+			return ae.node.ID, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 		}
 		return "", "", core.Errorf(core.CodeNotFound, "instance %s not found", instanceID)
 	}
@@ -67,8 +67,8 @@ func newTunnelEnv(t *testing.T, tune ...func(*agentgateway.Deps)) *tunnelEnv {
 			}
 		}
 		return out
-	}, tunnels.Domain(func(ctx context.Context, tx store.Tx, tenantID, instanceID string) (string, string, error) {
-		return te.targets(ctx, tx, tenantID, instanceID)
+	}, tunnels.Domain(func(ctx context.Context, tx store.Tx, tenantID, instanceID string, port int) (string, string, error) {
+		return te.targets(ctx, tx, tenantID, instanceID, port)
 	})}
 	srv, err := api.New(api.Deps{Store: ae.store, IAM: ae.outer, Catalog: ae.catalog, Routes: ae.gateway, Domains: domains,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -67,3 +67,7 @@ type SSH struct {
 	// listed accepts no certificate.
 	AuthorizedPrincipals map[string][]string `json:"authorizedPrincipals,omitempty"`
 }
+
+// VMGuestPort is the one port of a VM its node reaches: the VM's host
+// port forward (QEMU user-mode networking) goes to it, its sshd's.
+const VMGuestPort = 22

@@ -31,7 +31,7 @@ import (
 // reports is that 127.0.0.1:<port>.
 
 // VMGuestPort is the guest port a VM's host port forwards to.
-const VMGuestPort = 22
+const VMGuestPort = nodespec.VMGuestPort
 
 func (r *Runtime) vmFile(id, name string) string { return filepath.Join(r.instanceDir(id), name) }
 

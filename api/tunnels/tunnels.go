@@ -59,11 +59,11 @@ const (
 	ReasonSiteNode     = "siteNode"
 )
 
-// InstanceTargets answers where an instance of the tenant is reached: its
-// node and its address on the node's instance network (an IP address, no
-// port), read in tx. An instance of another tenant or none is NOT_FOUND;
-// one that is not running INVALID_STATE with details.reason "notRunning".
-type InstanceTargets func(ctx context.Context, tx store.Tx, tenantID, instanceID string) (nodeID, address string, err error)
+// InstanceTargets answers where port of an instance of the tenant is
+// reached: its node and the host:port the node dials, read in tx. An
+// instance of another tenant or none is NOT_FOUND; one that is not
+// running INVALID_STATE with details.reason "notRunning".
+type InstanceTargets func(ctx context.Context, tx store.Tx, tenantID, instanceID string, port int) (nodeID, address string, err error)
 
 // Domain describes tunnels.open over the instances domain's targets (nil:
 // instance tunnels answer UNAVAILABLE until the instances domain is wired).
@@ -113,17 +113,13 @@ func open(ctx context.Context, d rpc.Deps, targets InstanceTargets, c *rpc.Call,
 	if in.TTLSeconds == 0 {
 		ttl = domain.DefaultTTLSeconds * time.Second
 	}
-	var nodeID, host string
+	var nodeID, address string
 	if typ == "instance" {
 		if targets == nil {
 			return Opened{}, core.Errorf(core.CodeUnavailable, "instance tunnels are not served by this deployment")
 		}
-		if nodeID, host, err = targets(ctx, tx, c.TenantID, in.InstanceID); err != nil {
+		if nodeID, address, err = targets(ctx, tx, c.TenantID, in.InstanceID, in.Port); err != nil {
 			return Opened{}, err
-		}
-		if net.ParseIP(host) == nil {
-			return Opened{}, core.Errorf(core.CodeInvalidState, "instance %s has no address yet", in.InstanceID).
-				WithDetails(map[string]any{"reason": ReasonNotRunning})
 		}
 		connectivity, err := domain.NodeConnectivity(ctx, tx, nodeID)
 		if err != nil {
@@ -144,17 +140,17 @@ func open(ctx context.Context, d rpc.Deps, targets InstanceTargets, c *rpc.Call,
 		if n.Connectivity != string(nodestate.Connected) {
 			return Opened{}, disconnected("node "+n.ID, n.Connectivity)
 		}
-		nodeID, host = n.ID, "127.0.0.1"
 		if in.Port == 0 {
 			in.Port = DefaultNodePort
 		}
+		nodeID, address = n.ID, net.JoinHostPort("127.0.0.1", strconv.Itoa(in.Port))
 	}
 	token, hash, err := domain.NewToken()
 	if err != nil {
 		return Opened{}, err
 	}
 	t, err := domain.Create(ctx, tx, domain.NewTunnel{TenantID: c.TenantID, NodeID: nodeID, InstanceID: in.InstanceID,
-		Target: protocol.TunnelTCP, Address: net.JoinHostPort(host, strconv.Itoa(in.Port)), Hash: hash, TTL: ttl,
+		Target: protocol.TunnelTCP, Address: address, Hash: hash, TTL: ttl,
 		OpenedBy: c.Caller.IdentityID})
 	if err != nil {
 		return Opened{}, err
