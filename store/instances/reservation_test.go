@@ -22,6 +22,11 @@ import (
 // reserve makes the tenant's reservation of gpus GPUs on the pool with
 // binding, placed as reservations.create's two transactions place it.
 func (f *fixture) reserve(tenantID, poolID, binding string, gpus int) (reservations.Reservation, error) {
+	return f.reserveAt(tenantID, poolID, binding, gpus, nil)
+}
+
+// reserveAt is reserve with a start (epoch ms; nil: now).
+func (f *fixture) reserveAt(tenantID, poolID, binding string, gpus int, start *int64) (reservations.Reservation, error) {
 	ctx := context.Background()
 	catalog, err := core.DefaultCatalog()
 	if err != nil {
@@ -31,7 +36,7 @@ func (f *fixture) reserve(tenantID, poolID, binding string, gpus int) (reservati
 	id := core.NewID("rsv")
 	if err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		_, err := reservations.Draft(ctx, tx, types, tenantID, id, "idn_owner", reservations.Request{PoolID: poolID,
-			Devices: placement.Request{Class: placement.ClassGPU, Count: gpus}, Duration: 3600, Binding: binding})
+			Devices: placement.Request{Class: placement.ClassGPU, Count: gpus}, Start: start, Duration: 3600, Binding: binding})
 		return err
 	}); err != nil {
 		return reservations.Reservation{}, err
@@ -207,6 +212,11 @@ func TestInstanceOnReservationRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.exec(`UPDATE reservations SET tenant_id = 'ten_other' WHERE id = $1`, theirs.ID)
+	inAnHour := time.Now().Add(time.Hour).UnixMilli()
+	future, err := f.reserveAt(tenant, f.poolID, reservations.BindingInstance, 2, &inAnHour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	two := f.flavor(4, 4096, 2)
 	cases := []struct {
 		name                  string
@@ -220,6 +230,7 @@ func TestInstanceOnReservationRefusals(t *testing.T) {
 		{"more GPUs", tenant, f.flavor(4, 4096, 3), r.ID, core.CodeInvalidInput, "flavorId", "gpus"},
 		{"no GPUs", tenant, f.flavor(4, 4096, 0), r.ID, core.CodeInvalidInput, "flavorId", "gpus"},
 		{"binding hold", tenant, f.flavor(4, 4096, 1), hold.ID, core.CodeInvalidInput, "reservationId", "binding"},
+		{"not begun", tenant, two, future.ID, core.CodeInvalidState, "reservationId", "notStarted"},
 		{"too big for the node", tenant, f.flavor(1000, 4096, 2), r.ID, core.CodeInvalidState, "", "noCapacity"},
 	}
 	for _, tc := range cases {
