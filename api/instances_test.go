@@ -9,7 +9,9 @@ import (
 
 	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/internal/testutil"
 )
 
@@ -201,5 +203,48 @@ func TestInstancesResizeAndRefusals(t *testing.T) {
 	if _, err := instances.Create.Call(ctx, e.client(e.stranger), instances.CreateInput{TenantID: "acme", IdempotencyKey: "x",
 		PoolID: p.ID, FlavorID: flavor["small"], ImageID: image, Name: "vm"}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("stranger = %v", err)
+	}
+}
+
+// An instance on a binding instance reservation: it takes the
+// reservation's node and atoms, a second one is refused inUse, and the
+// reservation's cancel deletes it.
+func TestInstancesOnReservation(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.client(e.boot.UserToken)
+	p, nodeID, image, flavor := vpsPool(t, e)
+	r, err := reservations.Create.Call(ctx, a, reservations.CreateInput{TenantID: "acme", IdempotencyKey: "r1", PoolID: p.ID,
+		Devices: placement.Request{Class: "gpu", Count: 2}, Duration: 3600, Binding: "instance"})
+	if err != nil || r.State != "placed" || len(r.Allocations) != 1 || r.Allocations[0].NodeID != nodeID {
+		t.Fatalf("reservation = %+v, %v", r, err)
+	}
+	in := instances.CreateInput{TenantID: "acme", IdempotencyKey: "on-r1", PoolID: p.ID, FlavorID: flavor["gpu"], ImageID: image,
+		Name: "gpu-1", ReservationID: r.ID}
+	got, err := instances.Create.Call(ctx, a, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ReservationID != r.ID || got.NodeID != nodeID || fmt.Sprint(got.Devices) != fmt.Sprint(r.Allocations[0].Atoms) {
+		t.Fatalf("instance = %+v, want the reservation's atoms %v", got, r.Allocations[0].Atoms)
+	}
+	second := in
+	second.IdempotencyKey, second.Name = "on-r1-again", "gpu-2"
+	if _, err := instances.Create.Call(ctx, a, second); core.AsError(err).Code != core.CodeConflict ||
+		core.AsError(err).Details["reason"] != "inUse" {
+		t.Fatalf("second instance = %v", err)
+	}
+	small := second
+	small.IdempotencyKey, small.FlavorID = "small-on-r1", flavor["small"]
+	if _, err := instances.Create.Call(ctx, a, small); core.AsError(err).Code != core.CodeInvalidInput ||
+		core.AsError(err).Details["field"] != "flavorId" {
+		t.Fatalf("flavor without GPUs = %v", err)
+	}
+	if _, err := reservations.Cancel.Call(ctx, a, reservations.ReservationInput{TenantID: "acme", ReservationID: r.ID}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := instances.Get.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
+	if err != nil || after.DesiredState != "deleted" || after.State != "deleting" {
+		t.Fatalf("instance after the cancel = %+v, %v", after, err)
 	}
 }

@@ -318,19 +318,24 @@ func TestReservationsWindowBounds(t *testing.T) {
 	}
 }
 
-// Instances are not served yet: a reservation bound to one is UNSUPPORTED
-// (planned), as node binding is, and nothing is drafted.
+// Node binding is not served yet (UNSUPPORTED, planned), and binding
+// instance is for vps-host pools only: neither is drafted.
 func TestReservationsUnservedBindings(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p, _ := h100Pool(t, e)
 	a := e.client(e.boot.UserToken)
-	for binding, phase := range map[string]string{"instance": "v0.3", "node": "v0.5"} {
+	for binding, want := range map[string]map[string]any{
+		"instance": {"code": core.CodeInvalidInput, "field": "binding", "reason": "poolClass"},
+		"node":     {"code": core.CodeUnsupported, "field": "binding", "reason": "planned", "phase": "v0.5"},
+	} {
 		in := reserveInput("acme", p.ID, "b-"+binding, 1, reservationsT0, 3600)
 		in.Binding = binding
 		_, err := reservations.Create.Call(ctx, a, in)
-		if ce := core.AsError(err); ce.Code != core.CodeUnsupported || ce.Details["field"] != "binding" || ce.Details["phase"] != phase {
-			t.Fatalf("binding %s = %v %+v, want UNSUPPORTED planned for %s", binding, err, ce.Details, phase)
+		ce := core.AsError(err)
+		if ce.Code != want["code"] || ce.Details["field"] != want["field"] || ce.Details["reason"] != want["reason"] ||
+			(want["phase"] != nil && ce.Details["phase"] != want["phase"]) {
+			t.Fatalf("binding %s on a %s pool = %v %+v, want %v", binding, p.Class, err, ce.Details, want)
 		}
 	}
 	if n := e.count(`SELECT count(*) FROM reservations`); n != 0 {

@@ -15,7 +15,9 @@ import (
 // drives (adapter bcd/v1) gets a cdi.expose command exposing the
 // allocation's GPUs as CDI devices, and a cdi.withdraw once its atoms are
 // freed. The commands' idempotency keys name the reservation and the
-// allocation, so a retried activity queues nothing twice.
+// allocation, so a retried activity queues nothing twice. A binding
+// instance reservation gets no commands: the instance placed on it is
+// given the atoms by its runtime (store/instances).
 
 // Binding states BindingStatus answers.
 const (
@@ -39,10 +41,23 @@ type agentAllocation struct {
 	atoms                  []string
 }
 
-// agentAllocations are the reservation's allocations on agent-driven nodes.
+// agentAllocations are the reservation's allocations on agent-driven
+// nodes whose devices the agent exposes: none of a binding instance
+// reservation (instanceAllocations).
 func agentAllocations(ctx context.Context, tx Tx, reservationID string) ([]agentAllocation, error) {
+	return queryAllocations(ctx, tx, reservationID, `n.adapter = 'bcd/v1' AND r.binding <> 'instance'`)
+}
+
+// instanceAllocations are the allocations of a binding instance
+// reservation (none of another binding).
+func instanceAllocations(ctx context.Context, tx Tx, reservationID string) ([]agentAllocation, error) {
+	return queryAllocations(ctx, tx, reservationID, `r.binding = 'instance'`)
+}
+
+func queryAllocations(ctx context.Context, tx Tx, reservationID, where string) ([]agentAllocation, error) {
 	rows, err := tx.Query(ctx, `SELECT a.id, a.node_id, n.tenant_id, a.atoms FROM allocations a JOIN nodes n ON n.id = a.node_id
-		WHERE a.reservation_id = $1 AND n.adapter = 'bcd/v1' ORDER BY a.node_id, a.id`, reservationID)
+		JOIN reservations r ON r.id = a.reservation_id
+		WHERE a.reservation_id = $1 AND `+where+` ORDER BY a.node_id, a.id`, reservationID)
 	if err != nil {
 		return nil, err
 	}
@@ -68,13 +83,19 @@ const (
 // checked in the caller's transaction: otherwise nothing is queued and the
 // answer is INVALID_STATE with details.reason BindNotBooked or
 // BindNotBegun. Whatever a request or a workflow asked for, no agent is
-// told to expose an atom outside its reservation's booking.
+// told to expose an atom outside its reservation's booking. A binding
+// instance reservation is checked the same way and queues nothing: the
+// instance's runtime exposes its devices.
 func QueueBindCommands(ctx context.Context, tx Tx, reservationID string, notAfter time.Time) error {
 	allocs, err := agentAllocations(ctx, tx, reservationID)
 	if err != nil {
 		return err
 	}
-	for _, a := range allocs {
+	instance, err := instanceAllocations(ctx, tx, reservationID)
+	if err != nil {
+		return err
+	}
+	for _, a := range append(allocs, instance...) {
 		if err := checkBookedNow(ctx, tx, reservationID, a); err != nil {
 			return err
 		}
@@ -121,12 +142,14 @@ func checkBookedNow(ctx context.Context, tx Tx, reservationID string, a agentAll
 		WithDetails(map[string]any{"reason": BindNotBooked, "reservationId": reservationID, "nodeId": a.nodeID})
 }
 
-// BindingStatus says how the reservation's cdi.expose commands stand.
+// BindingStatus says how the reservation's cdi.expose commands stand; a
+// binding instance reservation has none and is bound at once.
 func BindingStatus(ctx context.Context, tx Tx, reservationID string) (string, error) {
 	var want, succeeded, failed int
 	err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE c.state = 'succeeded'),
 			count(*) FILTER (WHERE c.state IN ('failed', 'skipped', 'cancelled', 'expired'))
 		FROM allocations a JOIN nodes n ON n.id = a.node_id AND n.adapter = 'bcd/v1'
+		JOIN reservations r ON r.id = a.reservation_id AND r.binding <> 'instance'
 		LEFT JOIN node_commands c ON c.node_id = a.node_id AND c.idempotency_key = 'bind:' || a.reservation_id || ':' || a.id
 		WHERE a.reservation_id = $1`, reservationID).Scan(&want, &succeeded, &failed)
 	switch {

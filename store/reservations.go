@@ -103,10 +103,16 @@ func CutReservationBookings(ctx context.Context, tx Tx, tenantID, id string) err
 	return cutBookings(ctx, tx, tenantID, id, nil)
 }
 
-// cutBookings frees the reservation's atoms from at (now when nil).
+// cutBookings frees the reservation's atoms from at (now when nil), and
+// ends what runs on them (reservationCutHooks).
 func cutBookings(ctx context.Context, tx Tx, tenantID, id string, at *time.Time) error {
 	if err := queueUnbindCommands(ctx, tx, id); err != nil {
 		return err
+	}
+	for _, hook := range reservationCutHooks {
+		if err := hook(ctx, tx, tenantID, id); err != nil {
+			return err
+		}
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM device_bookings b USING allocations a
 		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id AND lower(b.during) >= COALESCE($3, now())`,
@@ -118,6 +124,20 @@ func cutBookings(ctx context.Context, tx Tx, tenantID, id string, at *time.Time)
 		WHERE a.reservation_id = $1 AND a.tenant_id = $2 AND b.allocation_id = a.id
 			AND (upper_inf(b.during) OR upper(b.during) > COALESCE($3, now()))`, id, tenantID, at)
 	return err
+}
+
+// reservationCutHooks run in every transaction that cuts a reservation's
+// bookings: each ending (release, expiry, lease, cancel, failure, a lost
+// node, a preemption) and the re-placement of one not yet bound. The
+// domains that run things on a reservation's atoms register one
+// (OnReservationCut), since store cannot import them.
+var reservationCutHooks []func(ctx context.Context, tx Tx, tenantID, reservationID string) error
+
+// OnReservationCut registers hook to run, in the cutting transaction,
+// whenever a reservation's bookings are cut; it is meant for a package's
+// init, before any transaction runs.
+func OnReservationCut(hook func(ctx context.Context, tx Tx, tenantID, reservationID string) error) {
+	reservationCutHooks = append(reservationCutHooks, hook)
 }
 
 // PreemptReservation ends a spot reservation whose atoms reservation by,

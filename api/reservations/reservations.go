@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	instancesact "github.com/better-compute/better-compute/activities/instances"
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/api/rpc"
@@ -24,6 +25,7 @@ import (
 	states "github.com/better-compute/better-compute/core/reservations"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/store"
+	instancedomain "github.com/better-compute/better-compute/store/instances"
 	pooldomain "github.com/better-compute/better-compute/store/pools"
 	domain "github.com/better-compute/better-compute/store/reservations"
 )
@@ -218,6 +220,7 @@ func (m methods) afterRelease(ctx context.Context, c *rpc.Call, _ ReservationInp
 	}
 	ctx, cancel := context.WithTimeout(visibility.WithCaller(ctx, callerOf(c)), 30*time.Second)
 	defer cancel()
+	m.signalInstances(ctx, r)
 	h, err := m.d.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: r.ID, UpdateName: reservationsact.UpdateRelease, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
@@ -255,11 +258,36 @@ func (m methods) signalChanged(ctx context.Context, id string) {
 	}
 }
 
+// signalInstances tells the workflows of the instances the ending of a
+// binding instance reservation deleted (in its transaction) that their
+// desired state changed, best effort: a workflow that misses it finds it
+// at its next poll.
+func (m methods) signalInstances(ctx context.Context, r Reservation) {
+	if r.Binding != domain.BindingInstance {
+		return
+	}
+	var ids []string
+	err := m.d.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+		ids, err = instancedomain.OnReservation(ctx, tx, r.TenantID, r.ID)
+		return err
+	})
+	if err != nil {
+		m.d.Logger.WarnContext(ctx, "reading the instances of an ended reservation", "reservation", r.ID, "error", err)
+		return
+	}
+	for _, id := range ids {
+		if err := instancesact.Signal(ctx, m.d.Temporal, id, instancesact.SignalDesiredChanged); err != nil {
+			m.d.Logger.WarnContext(ctx, "signalling an instance of an ended reservation", "instance", id, "reservation", r.ID, "error", err)
+		}
+	}
+}
+
 // afterCancel tells the workflow to stop waiting. It is best effort: a
 // workflow that misses the signal finds the reservation cancelled when it
 // tries to activate it.
 func (m methods) afterCancel(ctx context.Context, c *rpc.Call, _ ReservationInput, r Reservation) (Reservation, error) {
 	if m.d.Temporal != nil {
+		m.signalInstances(visibility.WithCaller(ctx, callerOf(c)), r)
 		err := m.d.Temporal.SignalWorkflow(visibility.WithCaller(ctx, callerOf(c)), r.ID, "", reservationsact.SignalCancel, nil)
 		var gone *serviceerror.NotFound
 		if err != nil && !errors.As(err, &gone) {

@@ -74,6 +74,7 @@ type Instance struct {
 	ObservedError    string          `json:"observedError,omitempty"`
 	Failure          json.RawMessage `json:"failure,omitempty"`
 	ProviderServerID string          `json:"providerServerId,omitempty"`
+	ReservationID    string          `json:"reservationId,omitempty"` // the binding instance reservation it runs on
 	WorkflowID       string          `json:"workflowId,omitempty"`
 	CreatedAt        int64           `json:"createdAt" unit:"epoch-ms"`
 	UpdatedAt        int64           `json:"updatedAt" unit:"epoch-ms"`
@@ -87,7 +88,8 @@ var columns = `i.id, i.tenant_id, i.owner_identity_id, i.project_id, i.pool_id, 
 	f.vcpu, f.memory_mib, f.gpus, f.runtime,
 	COALESCE((SELECT a.atoms FROM allocations a WHERE a.instance_id = i.id AND a.released_at IS NULL), '{}'),
 	i.observed_error, i.failure, i.provider_server_id,
-	` + msOf("i.created_at") + `, ` + msOf("i.updated_at") + `, COALESCE(` + msOf("i.deleted_at") + `, 0)`
+	` + msOf("i.created_at") + `, ` + msOf("i.updated_at") + `, COALESCE(` + msOf("i.deleted_at") + `, 0),
+	COALESCE(i.reservation_id, '')`
 
 const from = ` FROM instances i JOIN flavors f ON f.id = i.flavor_id`
 
@@ -99,7 +101,7 @@ func scan(row pgx.Row) (Instance, error) {
 	err := row.Scan(&in.ID, &in.TenantID, &in.OwnerIdentityID, &in.ProjectID, &in.PoolID, &in.FlavorID, &in.ImageID, &in.ProviderImage, &in.Name,
 		&in.DesiredState, &in.State, &in.Generation, &in.ObservedGeneration, &in.NodeID, &in.Address,
 		&in.UserDataRef, &in.HasUserData, &in.Command, &in.VCPU, &in.MemoryMiB, &in.GPUs, &in.Runtime, &in.Devices,
-		&in.ObservedError, &failure, &in.ProviderServerID, &in.CreatedAt, &in.UpdatedAt, &in.DeletedAt)
+		&in.ObservedError, &failure, &in.ProviderServerID, &in.CreatedAt, &in.UpdatedAt, &in.DeletedAt, &in.ReservationID)
 	if failure != nil {
 		in.Failure = failure
 	}
@@ -207,12 +209,9 @@ func badField(field, reason, format string, args ...any) error {
 // pool; owner the caller). The pool must resolve in the tenant's view and
 // be a live vps-host or provider pool, the flavor be the pool's, the
 // image one the tenant may see whose bytes are uploaded, the project the
-// tenant's; command is for container flavors only.
+// tenant's; command is for container flavors only; a reservation must be
+// one the instance can run on (checkReservation).
 func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, ownerID string, in Request) (store.AuthzResource, error) {
-	if in.ReservationID != "" {
-		return store.AuthzResource{}, core.Errorf(core.CodeUnsupported, "instances on a reservation's allocation are not served yet").
-			WithDetails(map[string]any{"field": "reservationId", "reason": "planned"})
-	}
 	pool, err := pools.View(ctx, tx, tenantID, in.PoolID)
 	if err != nil {
 		return store.AuthzResource{}, err
@@ -230,6 +229,13 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 	}
 	if len(in.Command) > 0 && flavor.Runtime != flavors.RuntimeContainer {
 		return store.AuthzResource{}, badField("command", "runtime", "command is for container flavors only")
+	}
+	var reservationID *string
+	if in.ReservationID != "" {
+		if _, err := checkReservation(ctx, tx, tenantID, pool.ID, flavor, draftID, in.ReservationID, false); err != nil {
+			return store.AuthzResource{}, err
+		}
+		reservationID = &in.ReservationID
 	}
 	image, err := draftImage(ctx, tx, tenantID, pool.Class, in)
 	if err != nil {
@@ -263,9 +269,10 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 		in.Command = []string{}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, project_id, pool_id, flavor_id, image_id, name,
-			desired_state, state, user_data, user_data_ref, command, provider_image)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', 'draft', $9, $10, $11, $12)`,
-		draftID, tenantID, ownerID, in.ProjectID, pool.ID, flavor.ID, image.ID, in.Name, plain, ref, in.Command, in.ProviderImage); err != nil {
+			desired_state, state, user_data, user_data_ref, command, provider_image, reservation_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', 'draft', $9, $10, $11, $12, $13)`,
+		draftID, tenantID, ownerID, in.ProjectID, pool.ID, flavor.ID, image.ID, in.Name, plain, ref, in.Command, in.ProviderImage,
+		reservationID); err != nil {
 		return store.AuthzResource{}, err
 	}
 	row := authzRow(types, tenantID, draftID, ownerID, pool.ID, flavor, image, in.ProviderImage, in.ProjectID)
@@ -392,7 +399,8 @@ func Fail(ctx context.Context, tx store.Tx, tenantID, id string, cause error) er
 }
 
 // Place completes the admitted draft: on a vps-host pool it books the
-// instance's allocation on one node (placement.go) and bumps the node's
+// instance's allocation on one node (placement.go; on its reservation's
+// node and atoms with a reservation: reservation.go) and bumps the node's
 // NodeSpec generation; on a provider pool nothing is booked (the
 // instance's workflow makes the droplet). draft -> creating, and
 // instance.created is published. A replay of a refused draft answers its
@@ -417,7 +425,11 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Instance, err
 		if err != nil {
 			return Instance{}, err
 		}
-		nodeID, err := placeOnNode(ctx, tx, pool, flavor, in)
+		place := placeOnNode
+		if in.ReservationID != "" {
+			place = placeOnReservation
+		}
+		nodeID, err := place(ctx, tx, pool, flavor, in)
 		if err != nil {
 			return Instance{}, err
 		}

@@ -349,8 +349,8 @@ func TestDraftRefusesBadInput(t *testing.T) {
 		{"image not uploaded", domain.Request{PoolID: f.poolID, FlavorID: flv, ImageID: pending}, core.CodeInvalidState, "imageId"},
 		{"secret of another tenant", domain.Request{PoolID: f.poolID, FlavorID: flv, ImageID: f.image, UserData: "secret://ten_other/x"},
 			core.CodeInvalidInput, "userData"},
-		{"reservation", domain.Request{PoolID: f.poolID, FlavorID: flv, ImageID: f.image, ReservationID: "rsv_x"},
-			core.CodeUnsupported, "reservationId"},
+		{"unknown reservation", domain.Request{PoolID: f.poolID, FlavorID: flv, ImageID: f.image, ReservationID: "rsv_x"},
+			core.CodeNotFound, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -230,21 +230,26 @@ func bookInSavepoint(ctx context.Context, tx store.Tx, in Instance, poolID, node
 }
 
 func book(ctx context.Context, tx store.Tx, in Instance, poolID, nodeID string, vcpu, memoryMiB int64, atoms []string) error {
+	id, err := insertAllocation(ctx, tx, in, nodeID, vcpu, memoryMiB, atoms)
+	if err != nil || len(atoms) == 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind)
+		SELECT $1, atom, $3, $4, $5, tstzrange(now(), NULL), 'instance' FROM unnest($2::text[]) AS atom`,
+		nodeID, atoms, id, in.TenantID, poolID)
+	return err
+}
+
+// insertAllocation inserts the instance's allocation (its scalars and the
+// ids of its atoms, nothing booked) and answers its id.
+func insertAllocation(ctx context.Context, tx store.Tx, in Instance, nodeID string, vcpu, memoryMiB int64, atoms []string) (string, error) {
 	if atoms == nil {
 		atoms = []string{}
 	}
 	id := core.NewID("alloc")
-	if _, err := tx.Exec(ctx, `INSERT INTO allocations (id, tenant_id, instance_id, node_id, atoms, vcpu, memory_mib)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, in.TenantID, in.ID, nodeID, atoms, vcpu, memoryMiB); err != nil {
-		return err
-	}
-	if len(atoms) == 0 {
-		return nil
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind)
-		SELECT $1, atom, $3, $4, $5, tstzrange(now(), NULL), 'instance' FROM unnest($2::text[]) AS atom`,
-		nodeID, atoms, id, in.TenantID, poolID)
-	return err
+	_, err := tx.Exec(ctx, `INSERT INTO allocations (id, tenant_id, instance_id, node_id, atoms, vcpu, memory_mib)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, in.TenantID, in.ID, nodeID, atoms, vcpu, memoryMiB)
+	return id, err
 }
 
 // release frees the instance's live allocation exactly once: its scalars

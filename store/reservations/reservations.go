@@ -94,10 +94,7 @@ type Types struct {
 // serves it yet, and which phase will: a reservation with one would go
 // active with nothing bound.
 func plannedBinding(binding string) (phase string, planned bool) {
-	switch binding {
-	case "instance":
-		return "v0.3", true
-	case "node":
+	if binding == "node" {
 		return "v0.5", true
 	}
 	return "", false
@@ -365,8 +362,9 @@ func checkStart(ctx context.Context, tx store.Tx, start *int64, maxAhead time.Du
 // authorization row, which the decision is made on: the pool must resolve
 // in the tenant's view (own or offered; NOT_FOUND otherwise) and be live,
 // the project be the tenant's live one, and the start within the window
-// checkStart allows. Binding defaults to hold; instance and node are not
-// served yet (UNSUPPORTED).
+// checkStart allows. Binding defaults to hold; instance is for vps-host
+// pools and one node (checkInstanceBinding); node is not served yet
+// (UNSUPPORTED).
 func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, ownerID string, in Request) (store.AuthzResource, error) {
 	req, verr := placement.Normalize(in.Devices, "devices.")
 	if verr != nil {
@@ -389,6 +387,11 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 	if pool.ArchivedAt != nil {
 		return store.AuthzResource{}, core.Errorf(core.CodeInvalidState, "pool %s is archived", pool.ID).
 			WithDetails(map[string]any{"reason": "archived"})
+	}
+	if in.Binding == BindingInstance {
+		if req, err = checkInstanceBinding(pool, req); err != nil {
+			return store.AuthzResource{}, err
+		}
 	}
 	if in.ProjectID != "" {
 		var one int
