@@ -104,23 +104,9 @@ func (f *fixture) flavor(vcpu int, memoryMiB int64, gpus int) string {
 }
 
 // create drafts and places one instance, as instances.create's two
-// transactions do.
+// transactions do (createOn, reservation_test.go).
 func (f *fixture) create(flavorID string) (domain.Instance, error) {
-	ctx := context.Background()
-	id := core.NewID("inst")
-	if err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		_, err := domain.Draft(ctx, tx, f.types, tenant, id, "idn_owner", domain.Request{PoolID: f.poolID, FlavorID: flavorID,
-			ImageID: f.image, Name: "web"})
-		return err
-	}); err != nil {
-		return domain.Instance{}, err
-	}
-	var in domain.Instance
-	err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		in, err = domain.Place(ctx, tx, tenant, id)
-		return err
-	})
-	return in, err
+	return f.createOn(tenant, flavorID, "")
 }
 
 func (f *fixture) tx(fn func(tx store.Tx) error) {
