@@ -275,7 +275,7 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 		reservationID); err != nil {
 		return store.AuthzResource{}, err
 	}
-	row := authzRow(types, tenantID, draftID, ownerID, pool.ID, flavor, image, in.ProviderImage, in.ProjectID)
+	row := authzRow(types, tenantID, draftID, ownerID, pool.ID, flavor, image, in.ProjectID)
 	return row, store.PutAuthzResource(ctx, tx, row)
 }
 
@@ -312,15 +312,12 @@ func draftImage(ctx context.Context, tx store.Tx, tenantID, class string, in Req
 	return image, nil
 }
 
-// authzRow is an instance's authorization row. A provider image is never
-// verified (we hold no signature of it), so a policy that requires
-// imageVerified denies it: fail closed.
-func authzRow(types Types, tenantID, id, ownerID, poolID string, f flavors.Flavor, im coreimages.Image, providerImage, projectID string) store.AuthzResource {
+// authzRow is an instance's authorization row. A provider image has no
+// imageId and is never verified (we hold no signature of it), so a policy
+// that requires imageVerified denies it: fail closed.
+func authzRow(types Types, tenantID, id, ownerID, poolID string, f flavors.Flavor, im coreimages.Image, projectID string) store.AuthzResource {
 	attrs := map[string]any{"vcpu": f.VCPU, "memoryGiB": f.MemoryGiB, "gpus": f.GPUs,
 		"imageId": im.ID, "imageVerified": im.Verified}
-	if providerImage != "" {
-		attrs["providerImage"] = providerImage
-	}
 	if projectID != "" {
 		attrs["projectId"] = projectID
 	}
