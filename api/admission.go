@@ -23,7 +23,7 @@ import (
 //	(a replay by the same caller returns the stored result here, with no
 //	decision; the same key with another body is CONFLICT)
 //	RefreshResource, so the decision never reads a stale copy
-//	one Require on the draft
+//	one Require on the draft, then one per Also requirement
 //	transaction 2: the handler, the stored result, the audit row and last
 //	the seal (a check whose lock is held to the commit)
 //
@@ -120,7 +120,7 @@ func (s *Server) runAdmission(ctx context.Context, c *Call, a *rpc.ErasedAdmissi
 	if replay != nil {
 		return replay, s.start(ctx, c, a)
 	}
-	if err := s.decideAdmission(ctx, c); err != nil {
+	if err := s.decideAdmission(ctx, c, a); err != nil {
 		// A concurrent call with the same key (this caller's own) may have
 		// completed the admission while this one was deciding on the draft
 		// it is changing: its stored result is the answer, as for any
@@ -185,14 +185,28 @@ func (s *Server) runAdmission(ctx context.Context, c *Call, a *rpc.ErasedAdmissi
 }
 
 // decideAdmission refreshes the draft, so the decision never reads a stale
-// copy, and makes the one Require on it.
-func (s *Server) decideAdmission(ctx context.Context, c *Call) error {
+// copy, makes the one Require on it, then requires the admission's further
+// decisions (Also) for the same caller, still outside any transaction.
+func (s *Server) decideAdmission(ctx context.Context, c *Call, a *rpc.ErasedAdmission) error {
 	if r, ok := s.iam.(iam.Refresher); ok {
 		if err := r.RefreshResource(ctx, c.DecisionTenant, c.Resource); err != nil {
 			return core.Wrap(core.CodeUnavailable, err, "could not refresh the draft before deciding")
 		}
 	}
-	return s.iam.Require(ctx, c.Request(c.Resource))
+	if err := s.iam.Require(ctx, c.Request(c.Resource)); err != nil {
+		return err
+	}
+	if a.Also == nil {
+		return nil
+	}
+	for _, r := range a.Also(c) {
+		req := c.Request(r.Resource)
+		req.Action = r.Action
+		if err := s.iam.Require(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // completedResult reads the stored result of a completed admission.

@@ -3,7 +3,9 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/core/placement"
+	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/testutil"
 )
 
@@ -246,5 +249,102 @@ func TestInstancesOnReservation(t *testing.T) {
 	after, err := instances.Get.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: got.ID})
 	if err != nil || after.DesiredState != "deleted" || after.State != "deleting" {
 		t.Fatalf("instance after the cancel = %+v, %v", after, err)
+	}
+}
+
+// A secret:// user data needs compute:secrets:manage too: the envelope asks
+// it right after the draft's decision, for the same caller, with no
+// transaction open; a denial marks the draft denied and books nothing, and a
+// replay decides nothing.
+func TestInstancesCreateSecretsDecisionOutsideTransactions(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, _, image, flavor := vpsPool(t, e)
+	for name, cedar := range map[string]string{
+		"vm-users": `permit (principal in Group::"vm-users", action == Action::"compute:instances:create", resource is Resource)
+when { resource.type == "compute-instance" && resource.tenantId == principal.tenantId };`,
+		"vm-secrets": `permit (principal in Group::"vm-secrets", action == Action::"compute:secrets:manage", resource is Resource)
+when { resource.type == "compute-tenant" && resource.tenantId == principal.tenantId };`,
+	} {
+		if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: name, Cedar: cedar}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain := e.person("acme", "val", []string{"vm-users"})
+	withSecrets := e.person("acme", "vera", []string{"vm-users", "vm-secrets"})
+
+	// Every Require is recorded with the number of this database's
+	// transactions left open at that moment (an IAM call inside one would
+	// find its own).
+	type asked struct {
+		action, resourceType string
+		openTx               int
+	}
+	var mu sync.Mutex
+	var log []asked
+	require := func(r iam.Request) error {
+		var open int
+		if err := e.store.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&open); err != nil {
+			return err
+		}
+		mu.Lock()
+		log = append(log, asked{r.Action, r.Resource.Type, open})
+		mu.Unlock()
+		return e.outer.inner.Require(ctx, r)
+	}
+	e.outer.onRequire.Store(&require)
+	t.Cleanup(func() { e.outer.onRequire.Store(nil) })
+	taken := func() []asked {
+		mu.Lock()
+		defer mu.Unlock()
+		out := log
+		log = nil
+		return out
+	}
+	body := func(key, userData string) string {
+		return fmt.Sprintf(`{"tenantId":"acme","idempotencyKey":%q,"poolId":%q,"flavorId":%q,"imageId":%q,"name":"vm","userData":%q}`,
+			key, p.ID, flavor["small"], image, userData)
+	}
+	instance, secretsCheck := e.catalog.FullName("instance"), e.catalog.FullName("tenant")
+	for _, tc := range []struct {
+		name, token, key, userData string
+		status                     int
+		state                      string
+		asked                      []asked
+	}{
+		{"no secrets:manage", plain, "v1", "secret://acme/cloud-init", 403, "denied",
+			[]asked{{"compute:instances:create", instance, 0}, {"compute:secrets:manage", secretsCheck, 0}}},
+		{"plain user data takes no secrets decision", plain, "v2", "#cloud-config\n", 200, "creating",
+			[]asked{{"compute:instances:create", instance, 0}}},
+		{"with secrets:manage", withSecrets, "s1", "secret://acme/cloud-init", 200, "creating",
+			[]asked{{"compute:instances:create", instance, 0}, {"compute:secrets:manage", secretsCheck, 0}}},
+		{"the replay decides nothing", withSecrets, "s1", "secret://acme/cloud-init", 200, "creating", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			taken()
+			status, answer := e.call(tc.token, "instances.create", body(tc.key, tc.userData))
+			if status != tc.status {
+				t.Fatalf("create = %d %s", status, answer)
+			}
+			if got := taken(); !slices.Equal(got, tc.asked) {
+				t.Fatalf("IAM was asked %+v, want %+v", got, tc.asked)
+			}
+			id := core.DerivedID("inst", "acme", e.identityOf(tc.token), tc.key)
+			if n := e.count(`SELECT count(*) FROM instances WHERE id = $1 AND state = $2`, id, tc.state); n != 1 {
+				t.Fatalf("instance %s is not %s", id, tc.state)
+			}
+			booked := e.count(`SELECT count(*) FROM allocations WHERE instance_id = $1`, id)
+			if want := map[bool]int{true: 1, false: 0}[tc.status == 200]; booked != want {
+				t.Fatalf("allocations = %d, want %d", booked, want)
+			}
+		})
+	}
+	// The secrets denial answers what a denial of the draft answers.
+	taken()
+	_, secretsDenial := e.call(plain, "instances.create", body("v3", "secret://acme/cloud-init"))
+	status, draftDenial := e.call(e.stranger, "instances.create", body("x1", "#cloud-config\n"))
+	if status != 403 || secretsDenial != draftDenial {
+		t.Fatalf("secrets denial %s, draft denial %d %s", secretsDenial, status, draftDenial)
 	}
 }

@@ -117,12 +117,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 						UserData: in.UserData, Command: in.Command, ReservationID: in.ReservationID})
 					return iam.Resource{Type: row.Type, ID: row.ID}, err
 				},
+				Also: m.secretsDecision,
 				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, in CreateInput) (Instance, error) {
-					if domain.IsSecretRef(in.UserData) {
-						if err := m.decideSecrets(ctx, c); err != nil {
-							return Instance{}, err
-						}
-					}
 					return domain.Place(ctx, tx, c.TenantID, c.Resource.ID)
 				},
 				Denied: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) error {
@@ -169,24 +165,19 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 	}
 }
 
-// decideSecrets is the create's secrets decision: compute:secrets:manage
-// on the tenant, and in the root tenant on the fleet too. It is made in
-// transaction 2 (the admission has no step between its decision and that
-// transaction yet); a denial marks the draft denied (Fail).
-func (m methods) decideSecrets(ctx context.Context, c *rpc.Call) error {
-	if m.d.IAM == nil {
-		return core.Errorf(core.CodeUnavailable, "no secrets decision configured")
+// secretsDecision is the create's further decision when userData is a
+// secret:// reference: compute:secrets:manage on the tenant, and in the
+// root tenant on the fleet too.
+func (m methods) secretsDecision(c *rpc.Call, in CreateInput) []rpc.Requirement {
+	if !domain.IsSecretRef(in.UserData) {
+		return nil
 	}
-	req := c.Request(m.d.Resource("tenant", c.TenantID))
-	req.Action = "compute:secrets:manage"
-	if err := m.d.IAM.Require(ctx, req); err != nil {
-		return err
-	}
+	const action = "compute:secrets:manage"
+	out := []rpc.Requirement{{Action: action, Resource: m.d.Resource("tenant", c.TenantID)}}
 	if c.TenantID == m.d.RootTenant {
-		req.Resource = m.d.Resource("fleet", "global")
-		return m.d.IAM.Require(ctx, req)
+		out = append(out, rpc.Requirement{Action: action, Resource: m.d.Resource("fleet", core.FleetID)})
 	}
-	return nil
+	return out
 }
 
 // started starts the admitted instance's workflow (after the commit and

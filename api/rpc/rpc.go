@@ -184,6 +184,14 @@ type ErasedAdmission struct {
 	Denied   func(ctx context.Context, c *Call, tx store.Tx) error
 	Failed   func(ctx context.Context, c *Call, tx store.Tx, cause error) error
 	Started  func(ctx context.Context, c *Call) error
+	Also     func(c *Call) []Requirement
+}
+
+// Requirement is one further decision of an admission: Action on Resource,
+// asked for the call's caller in the call's decision tenant.
+type Requirement struct {
+	Action   string
+	Resource iam.Resource
 }
 
 // Ref is a method's name bound to its input and output types. A domain
@@ -236,6 +244,12 @@ type Admission[In, Out any] struct {
 	// resource the decision is made on. The draft's id should be draftID so
 	// a retry finds the same row ("" for a change of an existing row).
 	Prepare func(ctx context.Context, c *Call, tx store.Tx, draftID string, in In) (iam.Resource, error)
+	// Also, optional, names the further decisions the input calls for (a
+	// second action the draft's decision does not cover). The envelope
+	// requires each, in order, right after the draft's decision and before
+	// transaction 2, outside any transaction; a denial goes as the draft's
+	// does (Denied), and a replay of the stored result decides none.
+	Also func(c *Call, in In) []Requirement
 	// Complete runs after the decision allowed it, in transaction 2.
 	Complete func(ctx context.Context, c *Call, tx store.Tx, in In) (Out, error)
 	// Seal, optional, runs last in transaction 2, after the stored result
@@ -312,6 +326,9 @@ func (m *Method[In, Out]) Handler() *Handler {
 		}
 		if f := a.Started; f != nil {
 			e.Started = func(ctx context.Context, c *Call) error { return f(ctx, c, input[In](c)) }
+		}
+		if f := a.Also; f != nil {
+			e.Also = func(c *Call) []Requirement { return f(c, input[In](c)) }
 		}
 		h.Admission = e
 	}

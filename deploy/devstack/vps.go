@@ -95,7 +95,8 @@ func (s *Stack) seedVPS(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.offerToDemo(ctx, admin, host, pools.Quota{"gpu": demoGPUQuota}); err != nil {
+	// Instances count vcpu and memoryGiB against the offer: a key not named grants none.
+	if err := s.offerToDemo(ctx, admin, host, pools.Quota{"gpu": demoGPUQuota, "vcpu": 64, "memoryGiB": 128}); err != nil {
 		return err
 	}
 	if s.provider != nil {

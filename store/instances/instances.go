@@ -372,16 +372,12 @@ func FailureError(in Instance) error {
 	return core.Errorf(f.Code, "%s", f.Message).WithDetails(f.Details)
 }
 
-// Fail records a final refusal of Place (no capacity): draft -> failed,
-// with the error a replay of the key answers, in a transaction of its
-// own. A denial of the create's secrets decision marks the draft denied.
-// Any other cause is not final and changes nothing.
+// Fail records a final refusal of Place (no capacity, over quota): draft
+// -> failed, with the error a replay of the key answers, in a transaction
+// of its own. Any other cause is not final and changes nothing.
 func Fail(ctx context.Context, tx store.Tx, tenantID, id string, cause error) error {
-	if errors.Is(cause, core.ErrAccessDenied) {
-		return Deny(ctx, tx, tenantID, id)
-	}
 	ce := core.AsError(cause)
-	if !(ce.Code == core.CodeInvalidState && ce.Details["reason"] == "noCapacity") {
+	if ce.Code != core.CodeQuotaExceeded && !(ce.Code == core.CodeInvalidState && ce.Details["reason"] == "noCapacity") {
 		return nil
 	}
 	failure, err := json.Marshal(map[string]any{"code": ce.Code, "message": ce.Message, "details": ce.Details})
@@ -428,6 +424,9 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Instance, err
 		}
 		nodeID, err := place(ctx, tx, pool, flavor, in)
 		if err != nil {
+			return Instance{}, err
+		}
+		if err := checkQuota(ctx, tx, tenantID, pool, askOf(in, flavor)); err != nil {
 			return Instance{}, err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE instances SET node_id = $2 WHERE id = $1`, in.ID, nodeID); err != nil {

@@ -115,6 +115,9 @@ func Resize(ctx context.Context, tx store.Tx, tenantID, id, flavorID string) (In
 			WHERE instance_id = $1 AND released_at IS NULL`, in.ID, f.VCPU, f.MemoryMiB); err != nil {
 			return Instance{}, err
 		}
+		if err := checkQuota(ctx, tx, tenantID, pool, askOf(in, f).minus(in)); err != nil {
+			return Instance{}, err
+		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE instances SET flavor_id = $2 WHERE id = $1`, in.ID, f.ID); err != nil {
 		return Instance{}, err
