@@ -48,7 +48,7 @@ type CreateInput struct {
 	Name          string   `json:"name" jsonschema:"required,minLength=1,maxLength=63,pattern=^[a-z0-9]([a-z0-9-]{0\\,61}[a-z0-9])?$"`
 	ProjectID     string   `json:"projectId,omitempty" id:"prj"`
 	UserData      string   `json:"userData,omitempty" jsonschema:"maxLength=65536"`
-	Command       []string `json:"command,omitempty" jsonschema:"maxItems=64,items.maxLength=4096"`
+	Command       []string `json:"command,omitempty" jsonschema:"maxItems=64" jsonschema_description:"Replaces the image's /sbin/init; each argument at most 4096 bytes."`
 	ReservationID string   `json:"reservationId,omitempty" id:"rsv"`
 }
 

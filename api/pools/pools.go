@@ -58,6 +58,7 @@ type CreateInput struct {
 	Agent             string  `json:"agent,omitempty" jsonschema:"enum=bcd,enum=none"`
 	Policy            *Policy `json:"policy,omitempty" maxBytes:"16384"`
 	ProviderAccountID string  `json:"providerAccountId,omitempty" id:"pacct"`
+	BillingMode       string  `json:"billingMode,omitempty" jsonschema:"enum=metered,enum=platform-fee,enum=none" jsonschema_description:"What the pool's tenants are billed: metered (the default), platform-fee, or none (and no budget check)."`
 }
 
 // PoolInput names one pool.
@@ -85,6 +86,7 @@ type UpdateInput struct {
 	Agent             *string `json:"agent,omitempty" jsonschema:"enum=bcd,enum=none"`
 	Policy            *Policy `json:"policy,omitempty" maxBytes:"16384"`
 	ProviderAccountID *string `json:"providerAccountId,omitempty" id:"pacct"`
+	BillingMode       *string `json:"billingMode,omitempty" jsonschema:"enum=metered,enum=platform-fee,enum=none"`
 }
 
 // OfferInput is pools.offer's input: TenantID owns the pool, ToTenantID
@@ -96,6 +98,10 @@ type OfferInput struct {
 	Quota              Quota  `json:"quota,omitempty" maxBytes:"4096"`
 	Priority           *int   `json:"priority,omitempty" jsonschema:"nullable,minimum=-1000000,maximum=1000000"`
 	IncludeDescendants bool   `json:"includeDescendants,omitempty"`
+	// Suspended offers admit nothing new; ExcludedRegions are regions
+	// nothing new is made in (pools.CheckOffer).
+	Suspended       bool     `json:"suspended,omitempty"`
+	ExcludedRegions []string `json:"excludedRegions,omitempty" jsonschema:"maxItems=64,uniqueItems=true" jsonschema_description:"Region slugs (lower-case letters, digits and dashes, at most 32)."`
 }
 
 // UnofferInput is pools.unoffer's input.
@@ -188,7 +194,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Phase: "v0.2", Kind: core.KindMutation, Refresh: true,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in UpdateInput) (Pool, error) {
 				return domain.Update(ctx, tx, typ(), c.TenantID, in.PoolID, domain.Change{Name: in.Name, GPUMemoryGb: in.GPUMemoryGb,
-					Sharing: in.Sharing, Agent: in.Agent, Policy: in.Policy, ProviderAccountID: in.ProviderAccountID})
+					Sharing: in.Sharing, Agent: in.Agent, Policy: in.Policy, ProviderAccountID: in.ProviderAccountID,
+					BillingMode: in.BillingMode})
 			}},
 		&rpc.Method[PoolInput, Pool]{Name: Archive, Action: "compute:pools:manage", DecidedOn: "compute-pool",
 			Phase: "v0.2", Kind: core.KindMutation,
@@ -199,7 +206,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Phase: "v0.1", Kind: core.KindMutation, Refresh: true,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in OfferInput) (PoolOffer, error) {
 				return domain.PutOffer(ctx, tx, typ(), c.TenantID, in.PoolID, in.ToTenantID, c.Caller.IdentityID,
-					domain.OfferTerms{Quota: in.Quota, Priority: in.Priority, IncludeDescendants: in.IncludeDescendants})
+					domain.OfferTerms{Quota: in.Quota, Priority: in.Priority, IncludeDescendants: in.IncludeDescendants,
+						Suspended: in.Suspended, ExcludedRegions: in.ExcludedRegions})
 			}},
 		&rpc.Method[UnofferInput, PoolOffer]{Name: Unoffer, Action: "compute:pools:share", DecidedOn: "compute-pool",
 			Phase: "v0.1", Kind: core.KindMutation, Refresh: true,
@@ -250,5 +258,5 @@ func newPool(in CreateInput) (domain.New, error) {
 		return domain.New{}, err
 	}
 	return domain.New{SiteID: in.SiteID, Name: in.Name, Class: in.Class, GPUModel: in.GPUModel, GPUMemoryGb: in.GPUMemoryGb,
-		Sharing: in.Sharing, Agent: in.Agent, Policy: p, ProviderAccountID: in.ProviderAccountID}, nil
+		Sharing: in.Sharing, Agent: in.Agent, Policy: p, ProviderAccountID: in.ProviderAccountID, BillingMode: in.BillingMode}, nil
 }

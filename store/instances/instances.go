@@ -199,6 +199,9 @@ type Request struct {
 // create's secrets decision).
 func IsSecretRef(userData string) bool { return strings.HasPrefix(userData, coresecrets.Scheme) }
 
+// maxCommandArg bounds one argument of a container's command.
+const maxCommandArg = 4096
+
 func badField(field, reason, format string, args ...any) error {
 	return core.Errorf(core.CodeInvalidInput, format, args...).WithDetails(map[string]any{"field": field, "reason": reason})
 }
@@ -229,6 +232,11 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 	}
 	if len(in.Command) > 0 && flavor.Runtime != flavors.RuntimeContainer {
 		return store.AuthzResource{}, badField("command", "runtime", "command is for container flavors only")
+	}
+	for i, arg := range in.Command {
+		if len(arg) > maxCommandArg {
+			return store.AuthzResource{}, badField("command", "tooLong", "command[%d] is %d bytes; at most %d", i, len(arg), maxCommandArg)
+		}
 	}
 	var reservationID *string
 	if in.ReservationID != "" {
@@ -411,6 +419,9 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Instance, err
 	}
 	pool, err := pools.View(ctx, tx, tenantID, in.PoolID)
 	if err != nil {
+		return Instance{}, err
+	}
+	if err := pools.CheckOffer(pool, pool.Region); err != nil {
 		return Instance{}, err
 	}
 	if pool.Class == ClassVPSHost {

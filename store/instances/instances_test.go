@@ -103,10 +103,29 @@ func (f *fixture) flavor(vcpu int, memoryMiB int64, gpus int) string {
 	return id
 }
 
-// create drafts and places one instance, as instances.create's two
-// transactions do (createOn, reservation_test.go).
+// create drafts and places one instance of the fixture's tenant.
 func (f *fixture) create(flavorID string) (domain.Instance, error) {
-	return f.createOn(tenant, flavorID, "")
+	return f.createWith(tenant, f.image, flavorID, "")
+}
+
+// createWith drafts and places one instance of tenantID, as
+// instances.create's two transactions do.
+func (f *fixture) createWith(tenantID, image, flavorID, reservationID string) (domain.Instance, error) {
+	ctx := context.Background()
+	id := core.NewID("inst")
+	if err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		_, err := domain.Draft(ctx, tx, f.types, tenantID, id, "idn_owner", domain.Request{PoolID: f.poolID, FlavorID: flavorID,
+			ImageID: image, Name: "web", ReservationID: reservationID})
+		return err
+	}); err != nil {
+		return domain.Instance{}, err
+	}
+	var in domain.Instance
+	err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		in, err = domain.Place(ctx, tx, tenantID, id)
+		return err
+	})
+	return in, err
 }
 
 func (f *fixture) tx(fn func(tx store.Tx) error) {

@@ -27,24 +27,9 @@ func (f *fixture) offerTo(tenantID string, quota policy.Quota) string {
 	return image
 }
 
-// createAs drafts and places one instance of tenantID, as instances.create's
-// two transactions do.
+// createAs drafts and places one instance of tenantID with its image.
 func (f *fixture) createAs(tenantID, image, flavorID string) (domain.Instance, error) {
-	ctx := context.Background()
-	id := core.NewID("inst")
-	if err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		_, err := domain.Draft(ctx, tx, f.types, tenantID, id, "idn_owner", domain.Request{PoolID: f.poolID, FlavorID: flavorID,
-			ImageID: image, Name: "web"})
-		return err
-	}); err != nil {
-		return domain.Instance{}, err
-	}
-	var in domain.Instance
-	err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		in, err = domain.Place(ctx, tx, tenantID, id)
-		return err
-	})
-	return in, err
+	return f.createWith(tenantID, image, flavorID, "")
 }
 
 // booked is what tenantID holds in the fixture's pool: instance

@@ -75,21 +75,7 @@ func (f *fixture) activate(r reservations.Reservation) int {
 // createOn drafts and places one instance of the flavor on the
 // reservation, for tenantID.
 func (f *fixture) createOn(tenantID, flavorID, reservationID string) (domain.Instance, error) {
-	ctx := context.Background()
-	id := core.NewID("inst")
-	if err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
-		_, err := domain.Draft(ctx, tx, f.types, tenantID, id, "idn_owner", domain.Request{PoolID: f.poolID, FlavorID: flavorID,
-			ImageID: f.image, Name: "gpu", ReservationID: reservationID})
-		return err
-	}); err != nil {
-		return domain.Instance{}, err
-	}
-	var in domain.Instance
-	err := f.st.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		in, err = domain.Place(ctx, tx, tenantID, id)
-		return err
-	})
-	return in, err
+	return f.createWith(tenantID, f.image, flavorID, reservationID)
 }
 
 // bookings counts the open GPU bookings of the reservation.

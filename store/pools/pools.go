@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/better-compute/better-compute/store/provideraccounts"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,11 +40,13 @@ type Pool struct {
 	Agent             string        `json:"agent"`
 	Policy            policy.Policy `json:"policy"`
 	ProviderAccountID string        `json:"providerAccountId,omitempty"`
-	CreatedBy         string        `json:"createdBy"`
-	CreatedAt         int64         `json:"createdAt"`
-	UpdatedAt         int64         `json:"updatedAt"`
-	ArchivedAt        *int64        `json:"archivedAt,omitempty"`
-	Offer             *Offer        `json:"offer,omitempty"`
+	// BillingMode is metered, platform-fee or none (BillingModes).
+	BillingMode string `json:"billingMode"`
+	CreatedBy   string `json:"createdBy"`
+	CreatedAt   int64  `json:"createdAt"`
+	UpdatedAt   int64  `json:"updatedAt"`
+	ArchivedAt  *int64 `json:"archivedAt,omitempty"`
+	Offer       *Offer `json:"offer,omitempty"`
 }
 
 // Offer is a pool_offers row: the pool in TenantID's view, with its quota.
@@ -53,16 +56,22 @@ type Offer struct {
 	Quota              map[string]int64 `json:"quota"`
 	Priority           *int             `json:"priority,omitempty"`
 	IncludeDescendants bool             `json:"includeDescendants"`
-	CreatedBy          string           `json:"createdBy"`
-	CreatedAt          int64            `json:"createdAt"`
-	UpdatedAt          int64            `json:"updatedAt"`
+	// Suspended offers admit nothing new (CheckOffer); ExcludedRegions
+	// are regions nothing new is made in.
+	Suspended       bool     `json:"suspended"`
+	SuspendedAt     *int64   `json:"suspendedAt,omitempty"`
+	ExcludedRegions []string `json:"excludedRegions,omitempty"`
+	CreatedBy       string   `json:"createdBy"`
+	CreatedAt       int64    `json:"createdAt"`
+	UpdatedAt       int64    `json:"updatedAt"`
 }
 
 // selectPools reads pools with their site's region and the offer to the
 // viewing tenant ($1), if any.
 const selectPools = `SELECT p.id, p.tenant_id, p.site_id, s.region, p.name, p.class, p.gpu_model, p.gpu_memory_gb,
-	p.sharing, p.agent, p.policy, coalesce(p.provider_account_id, ''), p.created_by, p.created_at, p.updated_at, p.archived_at,
-	o.pool_id, o.tenant_id, o.quota, o.priority, o.include_descendants, o.created_by, o.created_at, o.updated_at
+	p.sharing, p.agent, p.policy, coalesce(p.provider_account_id, ''), p.billing_mode, p.created_by, p.created_at, p.updated_at, p.archived_at,
+	o.pool_id, o.tenant_id, o.quota, o.priority, o.include_descendants, o.suspended_at, o.excluded_regions,
+	o.created_by, o.created_at, o.updated_at
 	FROM pools p JOIN sites s ON s.id = p.site_id
 	LEFT JOIN pool_offers o ON o.pool_id = p.id AND o.tenant_id = $1`
 
@@ -75,10 +84,11 @@ func scan(row pgx.Row) (Pool, error) {
 	var oQuota []byte
 	var oPriority *int32
 	var oDesc *bool
-	var oCreated, oUpdated *time.Time
+	var oCreated, oUpdated, oSuspended *time.Time
+	var oExcluded []string
 	err := row.Scan(&p.ID, &p.TenantID, &p.SiteID, &p.Region, &p.Name, &p.Class, &p.GPUModel, &p.GPUMemoryGb,
-		&p.Sharing, &p.Agent, &pol, &p.ProviderAccountID, &p.CreatedBy, &created, &updated, &archived,
-		&oPool, &oTenant, &oQuota, &oPriority, &oDesc, &oBy, &oCreated, &oUpdated)
+		&p.Sharing, &p.Agent, &pol, &p.ProviderAccountID, &p.BillingMode, &p.CreatedBy, &created, &updated, &archived,
+		&oPool, &oTenant, &oQuota, &oPriority, &oDesc, &oSuspended, &oExcluded, &oBy, &oCreated, &oUpdated)
 	if err != nil {
 		return Pool{}, err
 	}
@@ -88,7 +98,8 @@ func scan(row pgx.Row) (Pool, error) {
 	p.CreatedAt, p.UpdatedAt, p.ArchivedAt = created.UnixMilli(), updated.UnixMilli(), msPtr(archived)
 	if oPool != nil {
 		o := Offer{PoolID: *oPool, TenantID: *oTenant, IncludeDescendants: *oDesc, CreatedBy: *oBy,
-			CreatedAt: oCreated.UnixMilli(), UpdatedAt: oUpdated.UnixMilli()}
+			CreatedAt: oCreated.UnixMilli(), UpdatedAt: oUpdated.UnixMilli(),
+			Suspended: oSuspended != nil, SuspendedAt: msPtr(oSuspended), ExcludedRegions: nonEmpty(oExcluded)}
 		if oPriority != nil {
 			v := int(*oPriority)
 			o.Priority = &v
@@ -101,16 +112,29 @@ func scan(row pgx.Row) (Pool, error) {
 	return p, nil
 }
 
-const offerColumns = `pool_id, tenant_id, quota, priority, include_descendants, created_by, created_at, updated_at`
+const offerColumns = `pool_id, tenant_id, quota, priority, include_descendants, suspended_at, excluded_regions,
+	created_by, created_at, updated_at`
+
+// offerColumnsOf are offerColumns of the table aliased alias.
+func offerColumnsOf(alias string) string {
+	cols := strings.Split(offerColumns, ",")
+	for i, c := range cols {
+		cols[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
 
 func scanOffer(row pgx.Row) (Offer, error) {
 	var o Offer
 	var quota []byte
 	var priority *int32
 	var created, updated time.Time
-	if err := row.Scan(&o.PoolID, &o.TenantID, &quota, &priority, &o.IncludeDescendants, &o.CreatedBy, &created, &updated); err != nil {
+	var suspended *time.Time
+	if err := row.Scan(&o.PoolID, &o.TenantID, &quota, &priority, &o.IncludeDescendants, &suspended, &o.ExcludedRegions,
+		&o.CreatedBy, &created, &updated); err != nil {
 		return Offer{}, err
 	}
+	o.Suspended, o.SuspendedAt, o.ExcludedRegions = suspended != nil, msPtr(suspended), nonEmpty(o.ExcludedRegions)
 	if err := json.Unmarshal(quota, &o.Quota); err != nil {
 		return Offer{}, err
 	}
@@ -120,6 +144,13 @@ func scanOffer(row pgx.Row) (Offer, error) {
 	}
 	o.CreatedAt, o.UpdatedAt = created.UnixMilli(), updated.UnixMilli()
 	return o, nil
+}
+
+func nonEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 func msPtr(t *time.Time) *int64 {
@@ -278,6 +309,8 @@ type New struct {
 	Agent             string
 	Policy            policy.Policy
 	ProviderAccountID string
+	// BillingMode is one of BillingModes; "" is metered.
+	BillingMode string
 }
 
 // Create inserts a pool on the tenant's own, live site, and its
@@ -294,11 +327,14 @@ func Create(ctx context.Context, tx store.Tx, typ, tenantID, createdBy string, i
 	if err != nil {
 		return Pool{}, err
 	}
+	if in.BillingMode == "" {
+		in.BillingMode = BillingMetered
+	}
 	id := core.NewID("pool")
 	_, err = tx.Exec(ctx, `INSERT INTO pools (id, tenant_id, site_id, name, class, gpu_model, gpu_memory_gb, sharing, agent,
-		policy, provider_account_id, created_by) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,NULLIF($11,''),$12)`,
+		policy, provider_account_id, billing_mode, created_by) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,NULLIF($11,''),$12,$13)`,
 		id, tenantID, in.SiteID, in.Name, in.Class, in.GPUModel, in.GPUMemoryGb, in.Sharing, in.Agent,
-		string(policyJSON), in.ProviderAccountID, createdBy)
+		string(policyJSON), in.ProviderAccountID, in.BillingMode, createdBy)
 	if isUniqueViolation(err) {
 		return Pool{}, nameTaken(in.Name)
 	}
@@ -338,6 +374,7 @@ type Change struct {
 	Agent             *string
 	Policy            *policy.Policy
 	ProviderAccountID *string
+	BillingMode       *string
 }
 
 // Update changes the tenant's live pool. Its site, class and gpuModel never
@@ -357,6 +394,7 @@ func Update(ctx context.Context, tx store.Tx, typ, tenantID, id string, ch Chang
 	set(&p.Sharing, ch.Sharing)
 	set(&p.Agent, ch.Agent)
 	set(&p.ProviderAccountID, ch.ProviderAccountID)
+	set(&p.BillingMode, ch.BillingMode)
 	if ch.GPUMemoryGb != nil {
 		p.GPUMemoryGb = *ch.GPUMemoryGb
 	}
@@ -380,8 +418,8 @@ func Update(ctx context.Context, tx store.Tx, typ, tenantID, id string, ch Chang
 		return Pool{}, err
 	}
 	_, err = tx.Exec(ctx, `UPDATE pools SET name = $2, gpu_memory_gb = $3, sharing = $4, agent = $5, policy = $6,
-		provider_account_id = NULLIF($7, ''), updated_at = now() WHERE id = $1`,
-		p.ID, p.Name, p.GPUMemoryGb, p.Sharing, p.Agent, string(policyJSON), p.ProviderAccountID)
+		provider_account_id = NULLIF($7, ''), billing_mode = $8, updated_at = now() WHERE id = $1`,
+		p.ID, p.Name, p.GPUMemoryGb, p.Sharing, p.Agent, string(policyJSON), p.ProviderAccountID, p.BillingMode)
 	if isUniqueViolation(err) {
 		return Pool{}, nameTaken(p.Name)
 	}
@@ -408,11 +446,14 @@ func Archive(ctx context.Context, tx store.Tx, tenantID, id string) (Pool, error
 	return Load(ctx, tx, tenantID, p.ID)
 }
 
-// OfferTerms are an offer's quota, priority and includeDescendants.
+// OfferTerms are an offer's quota, priority, includeDescendants, whether
+// it is suspended and the regions it excludes.
 type OfferTerms struct {
 	Quota              policy.Quota
 	Priority           *int
 	IncludeDescendants bool
+	Suspended          bool
+	ExcludedRegions    []string
 }
 
 func quotaJSON(q policy.Quota) (string, error) {
@@ -441,11 +482,23 @@ func PutOffer(ctx context.Context, tx store.Tx, typ, tenantID, id, toTenantID, c
 	if err != nil {
 		return Offer{}, err
 	}
-	o, err := scanOffer(tx.QueryRow(ctx, `INSERT INTO pool_offers AS o (pool_id, tenant_id, quota, priority, include_descendants, created_by)
-		VALUES ($1, $2, $3, $4, $5, $6)
+	if terms.ExcludedRegions == nil {
+		terms.ExcludedRegions = []string{}
+	}
+	for _, r := range terms.ExcludedRegions {
+		if !regionSlug.MatchString(r) {
+			return Offer{}, policy.BadField("excludedRegions", "regionSlug", "excluded region %q is not a region slug", r)
+		}
+	}
+	// A suspension keeps the instant it began while it lasts.
+	o, err := scanOffer(tx.QueryRow(ctx, `INSERT INTO pool_offers AS o (pool_id, tenant_id, quota, priority, include_descendants,
+			suspended_at, excluded_regions, created_by)
+		VALUES ($1, $2, $3, $4, $5, CASE WHEN $6 THEN now() END, $7, $8)
 		ON CONFLICT (pool_id, tenant_id) DO UPDATE SET quota = EXCLUDED.quota, priority = EXCLUDED.priority,
-			include_descendants = EXCLUDED.include_descendants, updated_at = now()
-		RETURNING `+offerColumns, p.ID, toTenantID, quota, terms.Priority, terms.IncludeDescendants, createdBy))
+			include_descendants = EXCLUDED.include_descendants, excluded_regions = EXCLUDED.excluded_regions,
+			suspended_at = CASE WHEN $6 THEN COALESCE(o.suspended_at, now()) END, updated_at = now()
+		RETURNING `+offerColumns, p.ID, toTenantID, quota, terms.Priority, terms.IncludeDescendants, terms.Suspended,
+		terms.ExcludedRegions, createdBy))
 	if err != nil {
 		return Offer{}, err
 	}
@@ -479,7 +532,7 @@ func Quotas(ctx context.Context, tx store.Tx, tenantID, poolID string, page stor
 			return nil, err
 		}
 	}
-	rows, err := tx.Query(ctx, `SELECT o.pool_id, o.tenant_id, o.quota, o.priority, o.include_descendants, o.created_by, o.created_at, o.updated_at
+	rows, err := tx.Query(ctx, `SELECT `+offerColumnsOf("o")+`
 		FROM pool_offers o JOIN pools p ON p.id = o.pool_id
 		WHERE o.tenant_id = $1 AND p.archived_at IS NULL AND ($2 = '' OR o.pool_id = $2) AND o.pool_id > $4
 		ORDER BY o.pool_id LIMIT $3`, tenantID, poolID, page.Fetch(), page.AfterKey().ID)
