@@ -80,7 +80,7 @@ type cluster struct {
 
 type dbUser struct {
 	name, role, password string
-	created, listedAt    time.Time
+	listedAt             time.Time
 }
 
 type dbDB struct {
@@ -447,7 +447,7 @@ func (f *Fake) createCluster(r *http.Request, now time.Time) (int, any) {
 	}
 	c.rules = rules
 	if e.users {
-		c.users = []*dbUser{{name: e.adminUser, role: "primary", password: c.adminPassword, created: now, listedAt: now}}
+		c.users = []*dbUser{{name: e.adminUser, role: "primary", password: c.adminPassword, listedAt: now}}
 	}
 	if e.dbs {
 		c.dbs = []*dbDB{{name: e.defaultDB, listedAt: now}}
@@ -599,7 +599,7 @@ func (f *Fake) createDBUser(r *http.Request, now time.Time) (int, any) {
 		return fail(http.StatusUnprocessableEntity, "user %q already exists.", req.Name)
 	}
 	f.st.newID(KindDatabaseUsers)
-	u := &dbUser{name: req.Name, role: "normal", password: newSecret("AVNS_"), created: now, listedAt: now.Add(f.st.settings.ListLag)}
+	u := &dbUser{name: req.Name, role: "normal", password: newSecret("AVNS_"), listedAt: now.Add(f.st.settings.ListLag)}
 	c.users = append(c.users, u)
 	return http.StatusCreated, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role, Password: u.password}}
 }

@@ -27,8 +27,8 @@ func (e *env) createCluster(t *testing.T, req *godo.DatabaseCreateRequest) *godo
 	if err != nil {
 		t.Fatalf("create cluster %s: %v", req.Name, err)
 	}
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("create cluster %s: status %d, want 201", req.Name, resp.StatusCode)
+	if resp.StatusCode != http.StatusCreated || resp.Rate.Limit != e.fake.Settings().PerHour {
+		t.Fatalf("create cluster %s: status %d, rate limit %d; want 201 and the hourly limit", req.Name, resp.StatusCode, resp.Rate.Limit)
 	}
 	return db
 }
@@ -445,5 +445,24 @@ func TestLostDatabaseCreate(t *testing.T) {
 	s := e.fake.Stats()
 	if s.Created[dofake.KindDatabases] != 1 || s.Live[dofake.KindDatabases] != 1 || s.Requests["POST /v2/databases"] != 3 {
 		t.Fatalf("stats: created %v live %v requests %v", s.Created, s.Live, s.Requests)
+	}
+}
+
+// TestCloudResourcesShareTheRateLimit: the new routes count against the
+// token's windows with the droplets', and a refused create creates nothing.
+func TestCloudResourcesShareTheRateLimit(t *testing.T) {
+	e := newEnv(t, dofake.Settings{PerMinute: 2})
+	ctx := context.Background()
+	if _, _, err := e.do.Droplets.List(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.createCluster(t, pgCreate("orders"))
+	_, resp, err := e.do.Apps.Create(ctx, &godo.AppCreateRequest{Spec: appSpec("shop", 1)})
+	if statusOf(err) != 429 || resp.Header.Get("Retry-After") != "60" || e.fake.Created(dofake.KindApps) != 0 {
+		t.Fatalf("the third request of the minute: %v, want a 429 that created nothing", err)
+	}
+	e.clock.Advance(time.Minute)
+	if _, _, err := e.do.Apps.Create(ctx, &godo.AppCreateRequest{Spec: appSpec("shop", 1)}); err != nil {
+		t.Fatalf("once the minute passed: %v", err)
 	}
 }
