@@ -45,11 +45,13 @@ func (f *Fake) Droplets() []DropletRecord {
 // settingsJSON is the admin form of Settings: durations as Go duration
 // strings; on PATCH, an absent field keeps its value.
 type settingsJSON struct {
-	BootDelay   *string `json:"bootDelay,omitempty"`
-	ActionDelay *string `json:"actionDelay,omitempty"`
-	ListLag     *string `json:"listLag,omitempty"`
-	PerMinute   *int    `json:"perMinute,omitempty"`
-	PerHour     *int    `json:"perHour,omitempty"`
+	BootDelay     *string `json:"bootDelay,omitempty"`
+	ActionDelay   *string `json:"actionDelay,omitempty"`
+	ListLag       *string `json:"listLag,omitempty"`
+	DatabaseDelay *string `json:"databaseDelay,omitempty"`
+	DeployDelay   *string `json:"deployDelay,omitempty"`
+	PerMinute     *int    `json:"perMinute,omitempty"`
+	PerHour       *int    `json:"perHour,omitempty"`
 }
 
 // MarshalJSON writes durations as strings ("1.5s").
@@ -57,6 +59,7 @@ func (s Settings) MarshalJSON() ([]byte, error) {
 	str := func(d time.Duration) *string { v := d.String(); return &v }
 	return json.Marshal(settingsJSON{
 		BootDelay: str(s.BootDelay), ActionDelay: str(s.ActionDelay), ListLag: str(s.ListLag),
+		DatabaseDelay: str(s.DatabaseDelay), DeployDelay: str(s.DeployDelay),
 		PerMinute: &s.PerMinute, PerHour: &s.PerHour,
 	})
 }
@@ -73,7 +76,8 @@ func (s *Settings) UnmarshalJSON(b []byte) error {
 		name string
 		s    *string
 		dst  *time.Duration
-	}{{"bootDelay", j.BootDelay, &out.BootDelay}, {"actionDelay", j.ActionDelay, &out.ActionDelay}, {"listLag", j.ListLag, &out.ListLag}} {
+	}{{"bootDelay", j.BootDelay, &out.BootDelay}, {"actionDelay", j.ActionDelay, &out.ActionDelay}, {"listLag", j.ListLag, &out.ListLag},
+		{"databaseDelay", j.DatabaseDelay, &out.DatabaseDelay}, {"deployDelay", j.DeployDelay, &out.DeployDelay}} {
 		if d.s == nil {
 			continue
 		}
@@ -104,6 +108,9 @@ func (s *Settings) UnmarshalJSON(b []byte) error {
 //	GET    /_fake/settings  Settings
 //	PATCH  /_fake/settings  change some (PUT: the same)
 //	POST   /_fake/tokens    {"token": "…"} accept one more token
+//	GET    /_fake/drift     the drift rules
+//	POST   /_fake/drift     add a DriftRule (or a JSON array of them)
+//	DELETE /_fake/drift     clear them
 func (f *Fake) adminRoutes() {
 	f.mux.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) {
 		adminAnswer(w, http.StatusOK, f.Stats())
@@ -177,6 +184,43 @@ func (f *Fake) adminRoutes() {
 		f.AddToken(req.Token)
 		w.WriteHeader(http.StatusNoContent)
 	})
+	f.mux.HandleFunc("GET /_fake/drift", func(w http.ResponseWriter, r *http.Request) {
+		adminAnswer(w, http.StatusOK, f.DriftRules())
+	})
+	f.mux.HandleFunc("POST /_fake/drift", f.postDrift)
+	f.mux.HandleFunc("DELETE /_fake/drift", func(w http.ResponseWriter, r *http.Request) {
+		f.ClearDrift()
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// postDrift adds one drift rule or an array of them; if one is invalid,
+// none is added (422).
+func (f *Fake) postDrift(w http.ResponseWriter, r *http.Request) {
+	var raw json.RawMessage
+	if err := decode(r, &raw); err != nil {
+		adminAnswer(w, http.StatusBadRequest, errBody("bad_request", err.Error(), ""))
+		return
+	}
+	var rules []DriftRule
+	if err := json.Unmarshal(raw, &rules); err != nil {
+		var one DriftRule
+		if err := json.Unmarshal(raw, &one); err != nil {
+			adminAnswer(w, http.StatusBadRequest, errBody("bad_request", err.Error(), ""))
+			return
+		}
+		rules = []DriftRule{one}
+	}
+	for _, rule := range rules {
+		if _, err := rule.normalized(); err != nil {
+			adminAnswer(w, http.StatusUnprocessableEntity, errBody("unprocessable_entity", err.Error(), ""))
+			return
+		}
+	}
+	for _, rule := range rules {
+		_ = f.Drift(rule)
+	}
+	adminAnswer(w, http.StatusOK, f.DriftRules())
 }
 
 func adminAnswer(w http.ResponseWriter, status int, v any) {

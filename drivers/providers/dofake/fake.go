@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,6 +48,12 @@ type Settings struct {
 	// by tag, by name, tag counts, delete by tag) while GET by id already
 	// finds it: DigitalOcean's eventual consistency.
 	ListLag time.Duration
+	// DatabaseDelay is how long a database cluster or replica stays
+	// "creating" (and a cluster "resizing") before it is "online".
+	DatabaseDelay time.Duration
+	// DeployDelay is how long an app's deployment takes to be ACTIVE and a
+	// dedicated inference endpoint to be "active".
+	DeployDelay time.Duration
 	// PerMinute and PerHour are the rate limits per token (DigitalOcean's
 	// 250 and 5,000 when zero or negative).
 	PerMinute int
@@ -60,7 +67,7 @@ func (s Settings) normalized() Settings {
 	if s.PerHour <= 0 {
 		s.PerHour = DefaultPerHour
 	}
-	for _, d := range []*time.Duration{&s.BootDelay, &s.ActionDelay, &s.ListLag} {
+	for _, d := range []*time.Duration{&s.BootDelay, &s.ActionDelay, &s.ListLag, &s.DatabaseDelay, &s.DeployDelay} {
 		if *d < 0 {
 			*d = 0
 		}
@@ -152,6 +159,13 @@ type Stats struct {
 	// whatever their answer), keyed by its pattern: "POST /v2/droplets",
 	// "GET /v2/droplets/{id}". Unknown paths count under "/".
 	Requests map[string]int `json:"requests"`
+	// Created counts the resources of each kind ever created ("droplets",
+	// "databases", "databaseUsers", …; Kinds lists them), failed answers
+	// included; Live those not deleted.
+	Created map[string]int `json:"created"`
+	Live    map[string]int `json:"live"`
+	// DriftRewrites counts the reads a drift rule rewrote.
+	DriftRewrites int `json:"driftRewrites"`
 }
 
 // Stats answers the counters.
@@ -162,7 +176,11 @@ func (f *Fake) Stats() Stats {
 	for k, v := range f.st.requests {
 		req[k] = v
 	}
-	return Stats{DropletsCreated: f.st.created, DropletsLive: len(f.st.droplets), Requests: req}
+	created, live := f.st.kindCounts()
+	return Stats{
+		DropletsCreated: f.st.created, DropletsLive: len(f.st.droplets), Requests: req,
+		Created: created, Live: live, DriftRewrites: f.st.driftRewrites,
+	}
 }
 
 // Requests answers how many requests route (a pattern, "POST /v2/droplets")
@@ -208,6 +226,8 @@ func (f *Fake) routes() {
 		"DELETE /v2/tags/{tag}/resources":          f.untagResources,
 		"/":                                        f.notFound,
 	}
+	maps.Copy(api, f.databaseRoutes())
+	maps.Copy(api, f.platformRoutes())
 	for pattern, h := range api {
 		f.mux.Handle(pattern, f.wrap(pattern, h))
 	}

@@ -81,6 +81,8 @@ type state struct {
 	nextDroplet, nextAction int
 	created                 int
 	requests                map[string]int
+
+	resources
 }
 
 func newState(cfg Config) state {
@@ -96,6 +98,7 @@ func newState(cfg Config) state {
 		nextDroplet: firstDropletID,
 		nextAction:  firstActionID,
 		requests:    map[string]int{},
+		resources:   newResources(),
 	}
 	if st.regions == nil {
 		st.regions = DefaultRegions()
@@ -156,6 +159,7 @@ func (st *state) settle(now time.Time) {
 		}
 	}
 	st.inFlight = kept
+	st.settleResources(now)
 }
 
 // addresses are a droplet's public IPv4 (in the documentation ranges, so

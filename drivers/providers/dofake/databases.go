@@ -1,0 +1,966 @@
+package dofake
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// Database cluster and replica statuses.
+const (
+	DatabaseCreating = "creating"
+	DatabaseOnline   = "online"
+	DatabaseResizing = "resizing"
+)
+
+// engine is what the fake knows of a database engine.
+type engine struct {
+	versions       []string // the last is the default
+	protocol       string
+	port, poolPort int
+	adminUser      string
+	defaultDB      string
+	users, dbs     bool // whether it has users and logical databases
+	pools          bool
+}
+
+var engines = map[string]engine{
+	"pg":     {versions: []string{"14", "15", "16", "17"}, protocol: "postgresql", port: 25060, poolPort: 25061, adminUser: "doadmin", defaultDB: "defaultdb", users: true, dbs: true, pools: true},
+	"mysql":  {versions: []string{"8"}, protocol: "mysql", port: 25060, adminUser: "doadmin", defaultDB: "defaultdb", users: true, dbs: true},
+	"valkey": {versions: []string{"8"}, protocol: "rediss", port: 25061, adminUser: "default"},
+}
+
+// databaseSize is a cluster size: its default storage and node limit.
+type databaseSize struct {
+	storageMiB uint64
+	maxNodes   int
+}
+
+var databaseSizes = map[string]databaseSize{
+	"db-s-1vcpu-1gb":  {10 * 1024, 1},
+	"db-s-1vcpu-2gb":  {25 * 1024, 3},
+	"db-s-2vcpu-4gb":  {38 * 1024, 3},
+	"db-s-4vcpu-8gb":  {115 * 1024, 3},
+	"db-s-6vcpu-16gb": {270 * 1024, 3},
+}
+
+// defaultProjectID is the account's default project.
+const defaultProjectID = "7f1c2a9e-3b0d-4e5f-8a6b-9c0d1e2f3a4b"
+
+var (
+	clusterNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{1,61}[a-z0-9]$`)
+	dbObjectRE    = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,62}$`)
+)
+
+type cluster struct {
+	id, name, engine, version string
+	region, size              string
+	numNodes                  int
+	storageMiB                uint64
+	tags                      []string
+	privateNetwork, projectID string
+	status                    string
+	// due is when creating or resizing ends; the resize's target below.
+	due                             time.Time
+	resizeSize                      string
+	resizeNodes                     int
+	resizeStorage                   uint64
+	created, listedAt               time.Time
+	seq                             int
+	adminPassword                   string
+	users                           []*dbUser // the admin user first
+	dbs                             []*dbDB
+	pools                           []*dbPool
+	rules                           []*firewallRule
+	replicas                        []*replica
+	maintenanceDay, maintenanceHour string
+}
+
+type dbUser struct {
+	name, role, password string
+	listedAt             time.Time
+}
+
+type dbDB struct {
+	name     string
+	listedAt time.Time
+}
+
+type dbPool struct {
+	name, user, db, mode string
+	size                 int
+	listedAt             time.Time
+}
+
+type firewallRule struct {
+	uuid, typ, value string
+	created          time.Time
+}
+
+type replica struct {
+	id, name, region, size string
+	storageMiB             uint64
+	tags                   []string
+	privateNetwork, status string
+	due, created, listedAt time.Time
+	seq                    int
+}
+
+func (c *cluster) settle(now time.Time) {
+	if c.status == DatabaseOnline || c.due.After(now) {
+		return
+	}
+	if c.status == DatabaseResizing {
+		c.size, c.numNodes, c.storageMiB = c.resizeSize, c.resizeNodes, c.resizeStorage
+	}
+	c.status = DatabaseOnline
+}
+
+func (r *replica) settle(now time.Time) {
+	if r.status == DatabaseCreating && !r.due.After(now) {
+		r.status = DatabaseOnline
+	}
+}
+
+func (c *cluster) user(name string) *dbUser {
+	for _, u := range c.users {
+		if u.name == name {
+			return u
+		}
+	}
+	return nil
+}
+
+func (c *cluster) db(name string) *dbDB {
+	for _, d := range c.dbs {
+		if d.name == name {
+			return d
+		}
+	}
+	return nil
+}
+
+func (c *cluster) pool(name string) *dbPool {
+	for _, p := range c.pools {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func (c *cluster) replica(name string) *replica {
+	for _, r := range c.replicas {
+		if r.name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// The wire forms, as godo's Database, DatabaseUser, DatabasePool,
+// DatabaseReplica and DatabaseFirewallRule read them.
+
+type wireDBConnection struct {
+	Protocol string `json:"protocol"`
+	URI      string `json:"uri"`
+	Database string `json:"database,omitempty"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	User     string `json:"user"`
+	Password string `json:"password,omitempty"`
+	SSL      bool   `json:"ssl"`
+}
+
+type wireDBUser struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	Password string `json:"password,omitempty"`
+}
+
+type wireMaintenance struct {
+	Day         string   `json:"day"`
+	Hour        string   `json:"hour"`
+	Pending     bool     `json:"pending"`
+	Description []string `json:"description"`
+}
+
+type wireDatabase struct {
+	ID                 string            `json:"id"`
+	Name               string            `json:"name"`
+	Engine             string            `json:"engine"`
+	Version            string            `json:"version"`
+	Connection         *wireDBConnection `json:"connection"`
+	PrivateConnection  *wireDBConnection `json:"private_connection"`
+	Users              []wireDBUser      `json:"users"`
+	NumNodes           int               `json:"num_nodes"`
+	Size               string            `json:"size"`
+	DBNames            []string          `json:"db_names"`
+	Region             string            `json:"region"`
+	Status             string            `json:"status"`
+	MaintenanceWindow  wireMaintenance   `json:"maintenance_window"`
+	CreatedAt          string            `json:"created_at"`
+	PrivateNetworkUUID string            `json:"private_network_uuid"`
+	Tags               []string          `json:"tags"`
+	ProjectID          string            `json:"project_id"`
+	StorageSizeMib     uint64            `json:"storage_size_mib"`
+}
+
+type wirePool struct {
+	User              string            `json:"user"`
+	Name              string            `json:"name"`
+	Size              int               `json:"size"`
+	DB                string            `json:"db"`
+	Mode              string            `json:"mode"`
+	Connection        *wireDBConnection `json:"connection"`
+	PrivateConnection *wireDBConnection `json:"private_connection"`
+}
+
+type wireReplica struct {
+	ID                 string            `json:"id"`
+	Name               string            `json:"name"`
+	Connection         *wireDBConnection `json:"connection"`
+	PrivateConnection  *wireDBConnection `json:"private_connection"`
+	Region             string            `json:"region"`
+	Status             string            `json:"status"`
+	CreatedAt          string            `json:"created_at"`
+	PrivateNetworkUUID string            `json:"private_network_uuid"`
+	Tags               []string          `json:"tags"`
+	StorageSizeMib     uint64            `json:"storage_size_mib"`
+	Size               string            `json:"size"`
+}
+
+type wireFirewallRule struct {
+	UUID        string `json:"uuid"`
+	ClusterUUID string `json:"cluster_uuid"`
+	Type        string `json:"type"`
+	Value       string `json:"value"`
+	CreatedAt   string `json:"created_at"`
+}
+
+// host is a cluster's (or replica's) address, under the reserved
+// ".invalid" domain so nothing real is ever reached.
+func host(name string, seq int, private bool) string {
+	h := fmt.Sprintf("%s-do-user-%d-0.db.dofake.invalid", name, seq)
+	if private {
+		return "private-" + h
+	}
+	return h
+}
+
+// connection is how to reach host as user on database; the password only
+// when given (a create's answer).
+func connection(e engine, hostname string, port int, user, password, database string) *wireDBConnection {
+	cred := user
+	if password != "" {
+		cred += ":" + password
+	}
+	uri := fmt.Sprintf("%s://%s@%s:%d", e.protocol, cred, hostname, port)
+	switch e.protocol {
+	case "postgresql":
+		uri += "/" + database + "?sslmode=require"
+	case "mysql":
+		uri += "/" + database + "?ssl-mode=REQUIRED"
+	}
+	return &wireDBConnection{Protocol: e.protocol, URI: uri, Database: database, Host: hostname, Port: port, User: user, Password: password, SSL: true}
+}
+
+// wireDatabase answers c; withPassword only in its create's answer.
+func (c *cluster) wire(withPassword bool) wireDatabase {
+	e := engines[c.engine]
+	password := ""
+	if withPassword {
+		password = c.adminPassword
+	}
+	users := []wireDBUser{}
+	for _, u := range c.users {
+		w := wireDBUser{Name: u.name, Role: u.role}
+		if withPassword {
+			w.Password = u.password
+		}
+		users = append(users, w)
+	}
+	dbNames := []string{}
+	for _, d := range c.dbs {
+		dbNames = append(dbNames, d.name)
+	}
+	return wireDatabase{
+		ID: c.id, Name: c.name, Engine: c.engine, Version: c.version,
+		Connection:        connection(e, host(c.name, c.seq, false), e.port, e.adminUser, password, e.defaultDB),
+		PrivateConnection: connection(e, host(c.name, c.seq, true), e.port, e.adminUser, password, e.defaultDB),
+		Users:             users, NumNodes: c.numNodes, Size: c.size, DBNames: dbNames, Region: c.region,
+		Status: c.status, MaintenanceWindow: wireMaintenance{Day: c.maintenanceDay, Hour: c.maintenanceHour, Description: []string{}},
+		CreatedAt: stamp(c.created), PrivateNetworkUUID: c.privateNetwork, Tags: slices.Clone(c.tags),
+		ProjectID: c.projectID, StorageSizeMib: c.storageMiB,
+	}
+}
+
+func (c *cluster) wirePool(p *dbPool) wirePool {
+	e := engines[c.engine]
+	return wirePool{
+		User: p.user, Name: p.name, Size: p.size, DB: p.db, Mode: p.mode,
+		Connection:        connection(e, host(c.name, c.seq, false), e.poolPort, p.user, "", p.name),
+		PrivateConnection: connection(e, host(c.name, c.seq, true), e.poolPort, p.user, "", p.name),
+	}
+}
+
+func (c *cluster) wireReplica(r *replica) wireReplica {
+	e := engines[c.engine]
+	return wireReplica{
+		ID: r.id, Name: r.name,
+		Connection:        connection(e, host(r.name, r.seq, false), e.port, e.adminUser, "", e.defaultDB),
+		PrivateConnection: connection(e, host(r.name, r.seq, true), e.port, e.adminUser, "", e.defaultDB),
+		Region:            r.region, Status: r.status, CreatedAt: stamp(r.created), PrivateNetworkUUID: r.privateNetwork,
+		Tags: slices.Clone(r.tags), StorageSizeMib: r.storageMiB, Size: r.size,
+	}
+}
+
+func (f *Fake) databaseRoutes() map[string]handler {
+	return map[string]handler{
+		"POST /v2/databases":                        f.createCluster,
+		"GET /v2/databases":                         f.listClusters,
+		"GET /v2/databases/{id}":                    f.getCluster,
+		"DELETE /v2/databases/{id}":                 f.deleteCluster,
+		"PUT /v2/databases/{id}/resize":             f.resizeCluster,
+		"POST /v2/databases/{id}/users":             f.createDBUser,
+		"GET /v2/databases/{id}/users":              f.listDBUsers,
+		"GET /v2/databases/{id}/users/{name}":       f.getDBUser,
+		"DELETE /v2/databases/{id}/users/{name}":    f.deleteDBUser,
+		"POST /v2/databases/{id}/dbs":               f.createDB,
+		"GET /v2/databases/{id}/dbs":                f.listDBs,
+		"GET /v2/databases/{id}/dbs/{name}":         f.getDB,
+		"DELETE /v2/databases/{id}/dbs/{name}":      f.deleteDB,
+		"POST /v2/databases/{id}/pools":             f.createPool,
+		"GET /v2/databases/{id}/pools":              f.listPools,
+		"GET /v2/databases/{id}/pools/{name}":       f.getPool,
+		"PUT /v2/databases/{id}/pools/{name}":       f.updatePool,
+		"DELETE /v2/databases/{id}/pools/{name}":    f.deletePool,
+		"GET /v2/databases/{id}/firewall":           f.getFirewall,
+		"PUT /v2/databases/{id}/firewall":           f.putFirewall,
+		"POST /v2/databases/{id}/replicas":          f.createReplica,
+		"GET /v2/databases/{id}/replicas":           f.listReplicas,
+		"GET /v2/databases/{id}/replicas/{name}":    f.getReplica,
+		"DELETE /v2/databases/{id}/replicas/{name}": f.deleteReplica,
+	}
+}
+
+// databaseCreateRequest is godo's DatabaseCreateRequest.
+type databaseCreateRequest struct {
+	Name               string   `json:"name"`
+	Engine             string   `json:"engine"`
+	Version            string   `json:"version"`
+	Size               string   `json:"size"`
+	Region             string   `json:"region"`
+	NumNodes           int      `json:"num_nodes"`
+	PrivateNetworkUUID string   `json:"private_network_uuid"`
+	Tags               []string `json:"tags"`
+	ProjectID          string   `json:"project_id"`
+	StorageSizeMib     uint64   `json:"storage_size_mib"`
+	Rules              []struct {
+		UUID  string `json:"uuid"`
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	} `json:"rules"`
+}
+
+// nameTaken reports whether a cluster or replica already has name: names
+// are unique in an account, as DigitalOcean's are.
+func (st *state) nameTaken(name string) bool {
+	for _, c := range st.clusters {
+		if c.name == name || c.replica(name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *Fake) createCluster(r *http.Request, now time.Time) (int, any) {
+	st := &f.st
+	var req databaseCreateRequest
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	if !clusterNameRE.MatchString(req.Name) {
+		return fail(http.StatusUnprocessableEntity, "name must be 3 to 63 lowercase letters, digits and dashes, starting with a letter.")
+	}
+	if st.nameTaken(req.Name) {
+		return fail(http.StatusUnprocessableEntity, "name is already in use by another cluster.")
+	}
+	e, ok := engines[req.Engine]
+	if !ok {
+		return fail(http.StatusUnprocessableEntity, "engine %q is not supported.", req.Engine)
+	}
+	version := req.Version
+	if version == "" {
+		version = e.versions[len(e.versions)-1]
+	}
+	if !slices.Contains(e.versions, version) {
+		return fail(http.StatusUnprocessableEntity, "version %q is not supported for %s.", version, req.Engine)
+	}
+	region := st.region(req.Region)
+	if region == nil || !region.Available {
+		return fail(http.StatusUnprocessableEntity, "region %q is not available.", req.Region)
+	}
+	size, ok := databaseSizes[req.Size]
+	if !ok {
+		return fail(http.StatusUnprocessableEntity, "size %q is not available.", req.Size)
+	}
+	if req.NumNodes < 1 || req.NumNodes > size.maxNodes {
+		return fail(http.StatusUnprocessableEntity, "num_nodes must be from 1 to %d for %s.", size.maxNodes, req.Size)
+	}
+	storage := req.StorageSizeMib
+	if storage == 0 {
+		storage = size.storageMiB
+	}
+	if storage < size.storageMiB {
+		return fail(http.StatusUnprocessableEntity, "storage_size_mib must be at least %d for %s.", size.storageMiB, req.Size)
+	}
+	if status, body := checkTags(req.Tags); status != 0 {
+		return status, body
+	}
+	var rules []*firewallRule
+	for _, rr := range req.Rules {
+		if msg := firewallRuleProblem(rr.Type, rr.Value); msg != "" {
+			return fail(http.StatusUnprocessableEntity, "%s", msg)
+		}
+		rules = append(rules, &firewallRule{typ: rr.Type, value: rr.Value, created: now})
+	}
+
+	id, seq := st.newID(KindDatabases)
+	c := &cluster{
+		id: id, name: req.Name, engine: req.Engine, version: version, region: region.Slug, size: req.Size,
+		numNodes: req.NumNodes, storageMiB: storage, tags: dedupe(req.Tags), privateNetwork: req.PrivateNetworkUUID,
+		projectID: req.ProjectID, status: DatabaseCreating, due: now.Add(st.settings.DatabaseDelay),
+		created: now, listedAt: now.Add(st.settings.ListLag), seq: seq, adminPassword: newSecret("AVNS_"),
+		maintenanceDay: "tuesday", maintenanceHour: "04:00:00",
+	}
+	if c.privateNetwork == "" {
+		c.privateNetwork = vpcUUID(region.Slug)
+	}
+	if c.projectID == "" {
+		c.projectID = defaultProjectID
+	}
+	for _, rule := range rules {
+		rule.uuid, _ = st.newID("firewallRules")
+	}
+	c.rules = rules
+	if e.users {
+		c.users = []*dbUser{{name: e.adminUser, role: "primary", password: c.adminPassword, listedAt: now}}
+	}
+	if e.dbs {
+		c.dbs = []*dbDB{{name: e.defaultDB, listedAt: now}}
+	}
+	st.clusters[c.id] = c
+	return http.StatusCreated, map[string]any{"database": c.wire(true)}
+}
+
+func checkTags(tags []string) (int, any) {
+	for _, t := range tags {
+		if !tagRE.MatchString(t) {
+			return fail(http.StatusUnprocessableEntity, "Tags may contain letters, numbers, colons, dashes, and underscores (at most 255).")
+		}
+	}
+	return 0, nil
+}
+
+func firewallRuleProblem(typ, value string) string {
+	switch typ {
+	case "ip_addr", "droplet", "k8s", "tag", "app":
+	default:
+		return fmt.Sprintf("firewall rule type %q is not one of ip_addr, droplet, k8s, tag, app.", typ)
+	}
+	if value == "" {
+		return "a firewall rule needs a value."
+	}
+	return ""
+}
+
+// clusterFrom is the cluster the path names; nil when absent.
+func (st *state) clusterFrom(r *http.Request) *cluster {
+	return st.clusters[r.PathValue("id")]
+}
+
+func (f *Fake) listClusters(r *http.Request, now time.Time) (int, any) {
+	tag := r.URL.Query().Get("tag_name")
+	var listed []*cluster
+	for _, c := range f.st.clusters {
+		if listedBy(c.listedAt, now) {
+			listed = append(listed, c)
+		}
+	}
+	slices.SortFunc(listed, func(a, b *cluster) int { return a.seq - b.seq })
+	out := []wireDatabase{}
+	for _, c := range listed {
+		f.st.drifted(KindDatabases, c.id, c)
+		if tag != "" && !slices.Contains(c.tags, tag) {
+			continue
+		}
+		out = append(out, c.wire(false))
+	}
+	return paged(r, "databases", out)
+}
+
+func (f *Fake) getCluster(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	f.st.drifted(KindDatabases, c.id, c)
+	return http.StatusOK, map[string]any{"database": c.wire(false)}
+}
+
+func (f *Fake) deleteCluster(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	delete(f.st.clusters, c.id)
+	return http.StatusNoContent, nil
+}
+
+func (f *Fake) resizeCluster(r *http.Request, now time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	var req struct {
+		Size           string `json:"size"`
+		NumNodes       int    `json:"num_nodes"`
+		StorageSizeMib uint64 `json:"storage_size_mib"`
+	}
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	if c.status != DatabaseOnline {
+		return fail(http.StatusUnprocessableEntity, "The cluster is %s; it can be resized once online.", c.status)
+	}
+	target := req.Size
+	if target == "" {
+		target = c.size
+	}
+	size, ok := databaseSizes[target]
+	if !ok {
+		return fail(http.StatusUnprocessableEntity, "size %q is not available.", target)
+	}
+	nodes := req.NumNodes
+	if nodes == 0 {
+		nodes = c.numNodes
+	}
+	if nodes < 1 || nodes > size.maxNodes {
+		return fail(http.StatusUnprocessableEntity, "num_nodes must be from 1 to %d for %s.", size.maxNodes, target)
+	}
+	storage := req.StorageSizeMib
+	if storage == 0 {
+		storage = max(c.storageMiB, size.storageMiB)
+	}
+	if storage < c.storageMiB || storage < size.storageMiB {
+		return fail(http.StatusUnprocessableEntity, "storage cannot shrink below %d MiB.", max(c.storageMiB, size.storageMiB))
+	}
+	c.status, c.due = DatabaseResizing, now.Add(f.st.settings.DatabaseDelay)
+	c.resizeSize, c.resizeNodes, c.resizeStorage = target, nodes, storage
+	return http.StatusAccepted, nil
+}
+
+// onlineCluster is the path's cluster when children can be added to it:
+// not while it is still being created.
+func (st *state) onlineCluster(r *http.Request) (*cluster, int, any) {
+	c := st.clusterFrom(r)
+	if c == nil {
+		s, b := notFoundAnswer()
+		return nil, s, b
+	}
+	if c.status == DatabaseCreating {
+		s, b := fail(http.StatusUnprocessableEntity, "The cluster is still being created.")
+		return nil, s, b
+	}
+	return c, 0, nil
+}
+
+func (f *Fake) createDBUser(r *http.Request, now time.Time) (int, any) {
+	c, status, body := f.st.onlineCluster(r)
+	if c == nil {
+		return status, body
+	}
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	if !engines[c.engine].users {
+		return fail(http.StatusUnprocessableEntity, "%s clusters have no users to manage.", c.engine)
+	}
+	if !dbObjectRE.MatchString(req.Name) {
+		return fail(http.StatusUnprocessableEntity, "user name %q is not valid.", req.Name)
+	}
+	if c.user(req.Name) != nil {
+		return fail(http.StatusUnprocessableEntity, "user %q already exists.", req.Name)
+	}
+	f.st.newID(KindDatabaseUsers)
+	u := &dbUser{name: req.Name, role: "normal", password: newSecret("AVNS_"), listedAt: now.Add(f.st.settings.ListLag)}
+	c.users = append(c.users, u)
+	return http.StatusCreated, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role, Password: u.password}}
+}
+
+func (f *Fake) listDBUsers(r *http.Request, now time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	out := []wireDBUser{}
+	for _, u := range c.users {
+		if listedBy(u.listedAt, now) {
+			out = append(out, wireDBUser{Name: u.name, Role: u.role})
+		}
+	}
+	return paged(r, "users", out)
+}
+
+func (f *Fake) getDBUser(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	u := c.user(r.PathValue("name"))
+	if u == nil {
+		return notFoundAnswer()
+	}
+	return http.StatusOK, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role}}
+}
+
+func (f *Fake) deleteDBUser(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	name := r.PathValue("name")
+	u := c.user(name)
+	if u == nil {
+		return notFoundAnswer()
+	}
+	if u.role == "primary" {
+		return fail(http.StatusUnprocessableEntity, "The cluster's admin user cannot be deleted.")
+	}
+	c.users = slices.DeleteFunc(c.users, func(x *dbUser) bool { return x == u })
+	return http.StatusNoContent, nil
+}
+
+func (f *Fake) createDB(r *http.Request, now time.Time) (int, any) {
+	c, status, body := f.st.onlineCluster(r)
+	if c == nil {
+		return status, body
+	}
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	if !engines[c.engine].dbs {
+		return fail(http.StatusUnprocessableEntity, "%s clusters have no databases to manage.", c.engine)
+	}
+	if !dbObjectRE.MatchString(req.Name) {
+		return fail(http.StatusUnprocessableEntity, "database name %q is not valid.", req.Name)
+	}
+	if c.db(req.Name) != nil {
+		return fail(http.StatusUnprocessableEntity, "database %q already exists.", req.Name)
+	}
+	f.st.newID(KindDatabaseDBs)
+	c.dbs = append(c.dbs, &dbDB{name: req.Name, listedAt: now.Add(f.st.settings.ListLag)})
+	return http.StatusCreated, map[string]any{"db": map[string]string{"name": req.Name}}
+}
+
+func (f *Fake) listDBs(r *http.Request, now time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	out := []map[string]string{}
+	for _, d := range c.dbs {
+		if listedBy(d.listedAt, now) {
+			out = append(out, map[string]string{"name": d.name})
+		}
+	}
+	return paged(r, "dbs", out)
+}
+
+func (f *Fake) getDB(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil || c.db(r.PathValue("name")) == nil {
+		return notFoundAnswer()
+	}
+	return http.StatusOK, map[string]any{"db": map[string]string{"name": r.PathValue("name")}}
+}
+
+func (f *Fake) deleteDB(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	d := c.db(r.PathValue("name"))
+	if d == nil {
+		return notFoundAnswer()
+	}
+	c.dbs = slices.DeleteFunc(c.dbs, func(x *dbDB) bool { return x == d })
+	return http.StatusNoContent, nil
+}
+
+// poolRequest is godo's DatabaseCreatePoolRequest (and, without the name,
+// DatabaseUpdatePoolRequest).
+type poolRequest struct {
+	User string `json:"user"`
+	Name string `json:"name"`
+	Size int    `json:"size"`
+	DB   string `json:"db"`
+	Mode string `json:"mode"`
+}
+
+// poolProblem checks a pool's settings against c; "" when they are valid.
+func (c *cluster) poolProblem(req poolRequest) string {
+	switch {
+	case req.Mode != "session" && req.Mode != "transaction" && req.Mode != "statement":
+		return fmt.Sprintf("mode %q is not one of session, transaction, statement.", req.Mode)
+	case req.Size < 1:
+		return "size must be at least 1."
+	case c.db(req.DB) == nil:
+		return fmt.Sprintf("database %q does not exist.", req.DB)
+	case req.User != "" && c.user(req.User) == nil:
+		return fmt.Sprintf("user %q does not exist.", req.User)
+	}
+	return ""
+}
+
+func (f *Fake) createPool(r *http.Request, now time.Time) (int, any) {
+	c, status, body := f.st.onlineCluster(r)
+	if c == nil {
+		return status, body
+	}
+	var req poolRequest
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	if !engines[c.engine].pools {
+		return fail(http.StatusUnprocessableEntity, "%s clusters have no connection pools.", c.engine)
+	}
+	if !dbObjectRE.MatchString(req.Name) {
+		return fail(http.StatusUnprocessableEntity, "pool name %q is not valid.", req.Name)
+	}
+	if c.pool(req.Name) != nil {
+		return fail(http.StatusUnprocessableEntity, "pool %q already exists.", req.Name)
+	}
+	if msg := c.poolProblem(req); msg != "" {
+		return fail(http.StatusUnprocessableEntity, "%s", msg)
+	}
+	f.st.newID(KindDatabasePools)
+	p := &dbPool{name: req.Name, user: req.User, db: req.DB, mode: req.Mode, size: req.Size, listedAt: now.Add(f.st.settings.ListLag)}
+	c.pools = append(c.pools, p)
+	return http.StatusCreated, map[string]any{"pool": c.wirePool(p)}
+}
+
+func (f *Fake) listPools(r *http.Request, now time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	out := []wirePool{}
+	for _, p := range c.pools {
+		if listedBy(p.listedAt, now) {
+			out = append(out, c.wirePool(p))
+		}
+	}
+	return paged(r, "pools", out)
+}
+
+func (f *Fake) getPool(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	p := c.pool(r.PathValue("name"))
+	if p == nil {
+		return notFoundAnswer()
+	}
+	return http.StatusOK, map[string]any{"pool": c.wirePool(p)}
+}
+
+func (f *Fake) updatePool(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	p := c.pool(r.PathValue("name"))
+	if p == nil {
+		return notFoundAnswer()
+	}
+	var req poolRequest
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	if msg := c.poolProblem(req); msg != "" {
+		return fail(http.StatusUnprocessableEntity, "%s", msg)
+	}
+	p.user, p.db, p.mode, p.size = req.User, req.DB, req.Mode, req.Size
+	return http.StatusNoContent, nil
+}
+
+func (f *Fake) deletePool(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	p := c.pool(r.PathValue("name"))
+	if p == nil {
+		return notFoundAnswer()
+	}
+	c.pools = slices.DeleteFunc(c.pools, func(x *dbPool) bool { return x == p })
+	return http.StatusNoContent, nil
+}
+
+func (f *Fake) getFirewall(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	out := []wireFirewallRule{}
+	for _, rule := range c.rules {
+		out = append(out, wireFirewallRule{UUID: rule.uuid, ClusterUUID: c.id, Type: rule.typ, Value: rule.value, CreatedAt: stamp(rule.created)})
+	}
+	return http.StatusOK, map[string]any{"rules": out}
+}
+
+// putFirewall replaces the cluster's rules; a rule naming the uuid of one
+// it has keeps that rule's uuid and creation.
+func (f *Fake) putFirewall(r *http.Request, now time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	var req struct {
+		Rules []struct {
+			UUID  string `json:"uuid"`
+			Type  string `json:"type"`
+			Value string `json:"value"`
+		} `json:"rules"`
+	}
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	var rules []*firewallRule
+	for _, rr := range req.Rules {
+		if msg := firewallRuleProblem(rr.Type, rr.Value); msg != "" {
+			return fail(http.StatusUnprocessableEntity, "%s", msg)
+		}
+		rules = append(rules, &firewallRule{uuid: rr.UUID, typ: rr.Type, value: rr.Value, created: now})
+	}
+	for _, rule := range rules {
+		i := slices.IndexFunc(c.rules, func(old *firewallRule) bool { return old.uuid == rule.uuid })
+		if rule.uuid != "" && i >= 0 {
+			rule.created = c.rules[i].created
+			continue
+		}
+		rule.uuid, _ = f.st.newID("firewallRules")
+	}
+	c.rules = rules
+	return http.StatusNoContent, nil
+}
+
+// replicaRequest is godo's DatabaseCreateReplicaRequest.
+type replicaRequest struct {
+	Name               string   `json:"name"`
+	Region             string   `json:"region"`
+	Size               string   `json:"size"`
+	PrivateNetworkUUID string   `json:"private_network_uuid"`
+	Tags               []string `json:"tags"`
+	StorageSizeMib     uint64   `json:"storage_size_mib"`
+}
+
+func (f *Fake) createReplica(r *http.Request, now time.Time) (int, any) {
+	st := &f.st
+	c := st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	var req replicaRequest
+	if err := decode(r, &req); err != nil {
+		return fail(http.StatusBadRequest, "%v", err)
+	}
+	if c.status != DatabaseOnline {
+		return fail(http.StatusUnprocessableEntity, "The cluster is %s; replicas can be added once online.", c.status)
+	}
+	if !clusterNameRE.MatchString(req.Name) {
+		return fail(http.StatusUnprocessableEntity, "name must be 3 to 63 lowercase letters, digits and dashes, starting with a letter.")
+	}
+	if st.nameTaken(req.Name) {
+		return fail(http.StatusUnprocessableEntity, "name is already in use by another cluster.")
+	}
+	regionSlug := req.Region
+	if regionSlug == "" {
+		regionSlug = c.region
+	}
+	if region := st.region(regionSlug); region == nil || !region.Available {
+		return fail(http.StatusUnprocessableEntity, "region %q is not available.", regionSlug)
+	}
+	sizeSlug := req.Size
+	if sizeSlug == "" {
+		sizeSlug = c.size
+	}
+	if _, ok := databaseSizes[sizeSlug]; !ok {
+		return fail(http.StatusUnprocessableEntity, "size %q is not available.", sizeSlug)
+	}
+	storage := max(req.StorageSizeMib, c.storageMiB)
+	if status, body := checkTags(req.Tags); status != 0 {
+		return status, body
+	}
+	id, seq := st.newID(KindDatabaseReplicas)
+	rep := &replica{
+		id: id, name: req.Name, region: regionSlug, size: sizeSlug, storageMiB: storage, tags: dedupe(req.Tags),
+		privateNetwork: req.PrivateNetworkUUID, status: DatabaseCreating, due: now.Add(st.settings.DatabaseDelay),
+		created: now, listedAt: now.Add(st.settings.ListLag), seq: seq,
+	}
+	if rep.privateNetwork == "" {
+		rep.privateNetwork = vpcUUID(regionSlug)
+	}
+	c.replicas = append(c.replicas, rep)
+	return http.StatusCreated, map[string]any{"replica": c.wireReplica(rep)}
+}
+
+func (f *Fake) listReplicas(r *http.Request, now time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	out := []wireReplica{}
+	for _, rep := range c.replicas {
+		if listedBy(rep.listedAt, now) {
+			out = append(out, c.wireReplica(rep))
+		}
+	}
+	return paged(r, "replicas", out)
+}
+
+func (f *Fake) getReplica(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	rep := c.replica(r.PathValue("name"))
+	if rep == nil {
+		return notFoundAnswer()
+	}
+	return http.StatusOK, map[string]any{"replica": c.wireReplica(rep)}
+}
+
+func (f *Fake) deleteReplica(r *http.Request, _ time.Time) (int, any) {
+	c := f.st.clusterFrom(r)
+	if c == nil {
+		return notFoundAnswer()
+	}
+	rep := c.replica(r.PathValue("name"))
+	if rep == nil {
+		return notFoundAnswer()
+	}
+	c.replicas = slices.DeleteFunc(c.replicas, func(x *replica) bool { return x == rep })
+	return http.StatusNoContent, nil
+}
