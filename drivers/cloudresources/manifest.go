@@ -324,6 +324,9 @@ func specField(parts ...string) string {
 // range, pattern, minLength, maxLength, minItems, maxItems, maxBytes...);
 // the first failure in field order is reported.
 func (m *Manifest) Validate(spec json.RawMessage) error {
+	if m.schema == nil {
+		return fmt.Errorf("cloudresources: the manifest of %q was not loaded by LoadKinds", m.Kind)
+	}
 	if len(spec) > MaxSpecBytes {
 		return invalid("spec", "maxBytes", fmt.Sprintf("spec: %d bytes of JSON, at most %d", len(spec), MaxSpecBytes))
 	}
@@ -449,13 +452,13 @@ func reasonRank(r string) int {
 	return len(reasonOrder)
 }
 
-// ReplaceRequired names the fields ("spec.engine") that differ between old
-// and new and are not updatable in place, sorted; a field present in only
-// one of them differs. A spec that is not a JSON object is reported as
-// "spec", so it can never pass for an in-place change.
-func (m *Manifest) ReplaceRequired(old, new json.RawMessage) []string {
+// ReplaceRequired names the fields ("spec.engine") that differ between
+// oldSpec and newSpec and are not updatable in place, sorted; a field
+// present in only one of them differs. A spec that is not a JSON object is
+// reported as "spec", so it can never pass for an in-place change.
+func (m *Manifest) ReplaceRequired(oldSpec, newSpec json.RawMessage) []string {
 	var a, b map[string]any
-	if json.Unmarshal(old, &a) != nil || json.Unmarshal(new, &b) != nil || a == nil || b == nil {
+	if json.Unmarshal(oldSpec, &a) != nil || json.Unmarshal(newSpec, &b) != nil || a == nil || b == nil {
 		return []string{"spec"}
 	}
 	var out []string

@@ -182,3 +182,8 @@ func TestSecretValuesNeverPrint(t *testing.T) {
 	require.Contains(t, fmt.Sprint(s), "password")
 	require.Equal(t, "hunter2", s["password"], "the map itself keeps the values for sealing")
 }
+
+func TestValidateNeedsALoadedManifest(t *testing.T) {
+	err := (&Manifest{Kind: "x.cluster"}).Validate(json.RawMessage(`{}`))
+	require.ErrorContains(t, err, "not loaded")
+}
