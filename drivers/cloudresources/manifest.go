@@ -322,7 +322,7 @@ func specField(parts ...string) string {
 // INVALID_INPUT with details.field under "spec." (spec.size,
 // spec.rules.0.type) and details.reason (required, unknown, type, enum,
 // range, pattern, minLength, maxLength, minItems, maxItems, maxBytes...);
-// the first failure in field order is reported.
+// the first failure by field path is reported.
 func (m *Manifest) Validate(spec json.RawMessage) error {
 	if m.schema == nil {
 		return fmt.Errorf("cloudresources: the manifest of %q was not loaded by LoadKinds", m.Kind)
