@@ -135,6 +135,7 @@ func TestValidate(t *testing.T) {
 		{kind: "do.database.pg.pool", name: "a pool", spec: `{"name":"web","db":"orders","user":"app_rw","size":10,"mode":"transaction"}`},
 		{kind: "do.database.pg.pool", name: "an unknown mode", spec: `{"name":"web","db":"orders","size":10,"mode":"pooled"}`, field: "spec.mode", reason: "enum"},
 		{kind: "do.database.pg.pool", name: "no connections", spec: `{"name":"web","db":"orders","size":0,"mode":"session"}`, field: "spec.size", reason: "range"},
+		{kind: "do.database.pg.pool", name: "a short name", spec: `{"name":"wb","db":"orders","size":10,"mode":"session"}`, field: "spec.name", reason: "minLength"},
 		{kind: "do.database.pg.pool", name: "no database", spec: `{"name":"web","size":5,"mode":"session"}`, field: "spec.db", reason: "required"},
 		{kind: "do.database.pg.firewall", name: "rules and instances", spec: `{"rules":[{"type":"ip_addr","value":"192.0.2.0/24"}],"instances":["` + inst + `"]}`},
 		{kind: "do.database.pg.firewall", name: "an unknown rule type", spec: `{"rules":[{"type":"vpc","value":"x"}]}`, field: "spec.rules.0.type", reason: "enum"},
