@@ -23,13 +23,15 @@ const (
 )
 
 // ServerName is the deterministic name of an instance's server: "bc-i-"
-// and the first 24 characters of the id's body (what follows its prefix's
-// underscore), lower case. Cloud resources name theirs "bc-r-" the same way.
+// and NameBody of the id. Cloud resources name theirs "bc-r-" the same way.
 func ServerName(instanceID string) string {
-	return serverNamePrefix + nameBody(instanceID)
+	return serverNamePrefix + NameBody(instanceID)
 }
 
-func nameBody(id string) string {
+// NameBody is what deterministic provider names carry of an id: the first
+// 24 characters of its body (what follows its prefix's underscore), lower
+// case.
+func NameBody(id string) string {
 	body := id
 	if i := strings.IndexByte(id, '_'); i >= 0 {
 		body = id[i+1:]
@@ -42,19 +44,19 @@ func nameBody(id string) string {
 }
 
 // InstanceTag is the tag that finds an instance's server again.
-func InstanceTag(instanceID string) string { return instanceTagPrefix + tagValue(instanceID) }
+func InstanceTag(instanceID string) string { return instanceTagPrefix + TagValue(instanceID) }
 
 // TenantTag is the tag of a tenant's servers.
-func TenantTag(tenantID string) string { return tenantTagPrefix + tagValue(tenantID) }
+func TenantTag(tenantID string) string { return tenantTagPrefix + TagValue(tenantID) }
 
 // ServerTags are the ownership tags of an instance's server.
 func ServerTags(instanceID, tenantID string) []string {
 	return []string{ManagedTag, InstanceTag(instanceID), TenantTag(tenantID)}
 }
 
-// tagValue keeps what a tag allows and writes '_' for anything else, so
+// TagValue keeps what a tag allows and writes '_' for anything else, so
 // an id of another alphabet still makes a valid, deterministic tag.
-func tagValue(s string) string {
+func TagValue(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == ':', r == '-', r == '_':
