@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/better-compute/better-compute/api/capacity"
+	"github.com/better-compute/better-compute/api/cloudresources"
 	"github.com/better-compute/better-compute/api/drivers"
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/flavors"
@@ -45,4 +46,5 @@ var Domains = []rpc.Domain{
 	flavors.Methods,
 	tunnels.Domain(instancestore.TunnelTarget),
 	instances.Methods,
+	cloudresources.Methods,
 }

@@ -1,0 +1,65 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/better-compute/better-compute/api/cloudresources"
+	pa "github.com/better-compute/better-compute/api/provideraccounts"
+	"github.com/better-compute/better-compute/api/pools"
+	"github.com/better-compute/better-compute/core"
+)
+
+// cloudResources.kinds answers the manifests of a provider pool's
+// provider, a preview available only with previews on the account and
+// the module's default quota of 20; a pool that is not a provider pool is
+// UNSUPPORTED, and one the tenant cannot see NOT_FOUND.
+func TestCloudResourcesKinds(t *testing.T) {
+	e := newProvidersEnv(t)
+	ctx := context.Background()
+	c := e.client(e.boot.UserToken)
+	ref := e.putSecret("acme", "do-token", doToken)
+	s := e.site(e.boot.UserToken, "acme", "do-nyc", "custom")
+	for _, previews := range []bool{false, true} {
+		a, err := pa.Create.Call(ctx, c, pa.CreateInput{TenantID: "acme", Provider: "digitalocean", Name: map[bool]string{false: "do", true: "do-previews"}[previews],
+			CredentialRef: ref, Regions: []string{"nyc3"}, Previews: previews})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: a.Name, Class: "provider",
+			GPUModel: "H100", GPUMemoryGb: 80, ProviderAccountID: a.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cloudresources.Kinds.Call(ctx, c, cloudresources.KindsInput{TenantID: "acme", PoolID: pool.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]cloudresources.Kind{}
+		for _, k := range got.Items {
+			seen[k.Kind] = k
+		}
+		pg, ok := seen["do.database.pg"]
+		if got.Provider != "digitalocean" || !ok || pg.Family != "data" || !pg.Available || pg.Quota != 20 || len(pg.Spec) == 0 {
+			t.Fatalf("previews %v: kinds = %+v", previews, got)
+		}
+		for _, k := range got.Items {
+			if k.Preview && k.Available != previews {
+				t.Errorf("previews %v: preview kind %s available %v", previews, k.Kind, k.Available)
+			}
+		}
+	}
+	vps := e.site(e.boot.UserToken, "acme", "fra-vps", "custom")
+	host, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: vps.ID, Name: "vps", Class: "vps-host",
+		GPUModel: "H100", GPUMemoryGb: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cloudresources.Kinds.Call(ctx, c, cloudresources.KindsInput{TenantID: "acme", PoolID: host.ID}); core.AsError(err).Code != core.CodeUnsupported ||
+		core.AsError(err).Details["reason"] != "notProviderPool" {
+		t.Fatalf("a vps-host pool = %v", err)
+	}
+	if _, err := cloudresources.Kinds.Call(ctx, c, cloudresources.KindsInput{TenantID: "acme", PoolID: core.NewID("pool")}); core.AsError(err).Code != core.CodeNotFound {
+		t.Fatalf("an unknown pool = %v", err)
+	}
+}
