@@ -124,42 +124,6 @@ func (r *replica) settle(now time.Time) {
 	}
 }
 
-func (c *cluster) user(name string) *dbUser {
-	for _, u := range c.users {
-		if u.name == name {
-			return u
-		}
-	}
-	return nil
-}
-
-func (c *cluster) db(name string) *dbDB {
-	for _, d := range c.dbs {
-		if d.name == name {
-			return d
-		}
-	}
-	return nil
-}
-
-func (c *cluster) pool(name string) *dbPool {
-	for _, p := range c.pools {
-		if p.name == name {
-			return p
-		}
-	}
-	return nil
-}
-
-func (c *cluster) replica(name string) *replica {
-	for _, r := range c.replicas {
-		if r.name == name {
-			return r
-		}
-	}
-	return nil
-}
-
 // The wire forms, as godo's Database, DatabaseUser, DatabasePool,
 // DatabaseReplica and DatabaseFirewallRule read them.
 
@@ -318,6 +282,22 @@ func (c *cluster) wireReplica(r *replica) wireReplica {
 }
 
 func (f *Fake) databaseRoutes() map[string]handler {
+	users := children[*dbUser, wireDBUser]{key: "user", of: func(c *cluster) *[]*dbUser { return &c.users },
+		wire: func(_ *cluster, u *dbUser) wireDBUser { return wireDBUser{Name: u.name, Role: u.role} }}
+	dbs := children[*dbDB, map[string]string]{key: "db", of: func(c *cluster) *[]*dbDB { return &c.dbs },
+		wire: func(_ *cluster, d *dbDB) map[string]string { return map[string]string{"name": d.name} }}
+	pools := children[*dbPool, wirePool]{key: "pool", of: func(c *cluster) *[]*dbPool { return &c.pools }, wire: (*cluster).wirePool}
+	replicas := children[*replica, wireReplica]{key: "replica", of: func(c *cluster) *[]*replica { return &c.replicas },
+		wire: (*cluster).wireReplica}
+	// The cluster's admin user cannot be deleted.
+	adminUser := func(u *dbUser) (int, any, bool) {
+		if u.role != "primary" {
+			return 0, nil, false
+		}
+		status, body := fail(http.StatusUnprocessableEntity, "The cluster's admin user cannot be deleted.")
+		return status, body, true
+	}
+	st := &f.st
 	return map[string]handler{
 		"POST /v2/databases":                        f.createCluster,
 		"GET /v2/databases":                         f.listClusters,
@@ -325,24 +305,24 @@ func (f *Fake) databaseRoutes() map[string]handler {
 		"DELETE /v2/databases/{id}":                 f.deleteCluster,
 		"PUT /v2/databases/{id}/resize":             f.resizeCluster,
 		"POST /v2/databases/{id}/users":             f.createDBUser,
-		"GET /v2/databases/{id}/users":              f.listDBUsers,
-		"GET /v2/databases/{id}/users/{name}":       f.getDBUser,
-		"DELETE /v2/databases/{id}/users/{name}":    f.deleteDBUser,
+		"GET /v2/databases/{id}/users":              users.list(st),
+		"GET /v2/databases/{id}/users/{name}":       users.get(st),
+		"DELETE /v2/databases/{id}/users/{name}":    users.delete(st, adminUser),
 		"POST /v2/databases/{id}/dbs":               f.createDB,
-		"GET /v2/databases/{id}/dbs":                f.listDBs,
-		"GET /v2/databases/{id}/dbs/{name}":         f.getDB,
-		"DELETE /v2/databases/{id}/dbs/{name}":      f.deleteDB,
+		"GET /v2/databases/{id}/dbs":                dbs.list(st),
+		"GET /v2/databases/{id}/dbs/{name}":         dbs.get(st),
+		"DELETE /v2/databases/{id}/dbs/{name}":      dbs.delete(st, nil),
 		"POST /v2/databases/{id}/pools":             f.createPool,
-		"GET /v2/databases/{id}/pools":              f.listPools,
-		"GET /v2/databases/{id}/pools/{name}":       f.getPool,
+		"GET /v2/databases/{id}/pools":              pools.list(st),
+		"GET /v2/databases/{id}/pools/{name}":       pools.get(st),
 		"PUT /v2/databases/{id}/pools/{name}":       f.updatePool,
-		"DELETE /v2/databases/{id}/pools/{name}":    f.deletePool,
+		"DELETE /v2/databases/{id}/pools/{name}":    pools.delete(st, nil),
 		"GET /v2/databases/{id}/firewall":           f.getFirewall,
 		"PUT /v2/databases/{id}/firewall":           f.putFirewall,
 		"POST /v2/databases/{id}/replicas":          f.createReplica,
-		"GET /v2/databases/{id}/replicas":           f.listReplicas,
-		"GET /v2/databases/{id}/replicas/{name}":    f.getReplica,
-		"DELETE /v2/databases/{id}/replicas/{name}": f.deleteReplica,
+		"GET /v2/databases/{id}/replicas":           replicas.list(st),
+		"GET /v2/databases/{id}/replicas/{name}":    replicas.get(st),
+		"DELETE /v2/databases/{id}/replicas/{name}": replicas.delete(st, nil),
 	}
 }
 
@@ -369,7 +349,7 @@ type databaseCreateRequest struct {
 // are unique in an account, as DigitalOcean's are.
 func (st *state) nameTaken(name string) bool {
 	for _, c := range st.clusters {
-		if c.name == name || c.replica(name) != nil {
+		if c.name == name || findChild(c.replicas, name) != nil {
 			return true
 		}
 	}
@@ -595,56 +575,13 @@ func (f *Fake) createDBUser(r *http.Request, now time.Time) (int, any) {
 	if !dbObjectRE.MatchString(req.Name) {
 		return fail(http.StatusUnprocessableEntity, "user name %q is not valid.", req.Name)
 	}
-	if c.user(req.Name) != nil {
+	if findChild(c.users, req.Name) != nil {
 		return fail(http.StatusUnprocessableEntity, "user %q already exists.", req.Name)
 	}
 	f.st.newID(KindDatabaseUsers)
 	u := &dbUser{name: req.Name, role: "normal", password: newSecret("AVNS_"), listedAt: now.Add(f.st.settings.ListLag)}
 	c.users = append(c.users, u)
 	return http.StatusCreated, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role, Password: u.password}}
-}
-
-func (f *Fake) listDBUsers(r *http.Request, now time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	out := []wireDBUser{}
-	for _, u := range c.users {
-		if listedBy(u.listedAt, now) {
-			out = append(out, wireDBUser{Name: u.name, Role: u.role})
-		}
-	}
-	return paged(r, "users", out)
-}
-
-func (f *Fake) getDBUser(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	u := c.user(r.PathValue("name"))
-	if u == nil {
-		return notFoundAnswer()
-	}
-	return http.StatusOK, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role}}
-}
-
-func (f *Fake) deleteDBUser(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	name := r.PathValue("name")
-	u := c.user(name)
-	if u == nil {
-		return notFoundAnswer()
-	}
-	if u.role == "primary" {
-		return fail(http.StatusUnprocessableEntity, "The cluster's admin user cannot be deleted.")
-	}
-	c.users = slices.DeleteFunc(c.users, func(x *dbUser) bool { return x == u })
-	return http.StatusNoContent, nil
 }
 
 func (f *Fake) createDB(r *http.Request, now time.Time) (int, any) {
@@ -664,47 +601,12 @@ func (f *Fake) createDB(r *http.Request, now time.Time) (int, any) {
 	if !dbObjectRE.MatchString(req.Name) {
 		return fail(http.StatusUnprocessableEntity, "database name %q is not valid.", req.Name)
 	}
-	if c.db(req.Name) != nil {
+	if findChild(c.dbs, req.Name) != nil {
 		return fail(http.StatusUnprocessableEntity, "database %q already exists.", req.Name)
 	}
 	f.st.newID(KindDatabaseDBs)
 	c.dbs = append(c.dbs, &dbDB{name: req.Name, listedAt: now.Add(f.st.settings.ListLag)})
 	return http.StatusCreated, map[string]any{"db": map[string]string{"name": req.Name}}
-}
-
-func (f *Fake) listDBs(r *http.Request, now time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	out := []map[string]string{}
-	for _, d := range c.dbs {
-		if listedBy(d.listedAt, now) {
-			out = append(out, map[string]string{"name": d.name})
-		}
-	}
-	return paged(r, "dbs", out)
-}
-
-func (f *Fake) getDB(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil || c.db(r.PathValue("name")) == nil {
-		return notFoundAnswer()
-	}
-	return http.StatusOK, map[string]any{"db": map[string]string{"name": r.PathValue("name")}}
-}
-
-func (f *Fake) deleteDB(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	d := c.db(r.PathValue("name"))
-	if d == nil {
-		return notFoundAnswer()
-	}
-	c.dbs = slices.DeleteFunc(c.dbs, func(x *dbDB) bool { return x == d })
-	return http.StatusNoContent, nil
 }
 
 // poolRequest is godo's DatabaseCreatePoolRequest (and, without the name,
@@ -724,9 +626,9 @@ func (c *cluster) poolProblem(req poolRequest) string {
 		return fmt.Sprintf("mode %q is not one of session, transaction, statement.", req.Mode)
 	case req.Size < 1:
 		return "size must be at least 1."
-	case c.db(req.DB) == nil:
+	case findChild(c.dbs, req.DB) == nil:
 		return fmt.Sprintf("database %q does not exist.", req.DB)
-	case req.User != "" && c.user(req.User) == nil:
+	case req.User != "" && findChild(c.users, req.User) == nil:
 		return fmt.Sprintf("user %q does not exist.", req.User)
 	}
 	return ""
@@ -747,7 +649,7 @@ func (f *Fake) createPool(r *http.Request, now time.Time) (int, any) {
 	if !dbObjectRE.MatchString(req.Name) {
 		return fail(http.StatusUnprocessableEntity, "pool name %q is not valid.", req.Name)
 	}
-	if c.pool(req.Name) != nil {
+	if findChild(c.pools, req.Name) != nil {
 		return fail(http.StatusUnprocessableEntity, "pool %q already exists.", req.Name)
 	}
 	if msg := c.poolProblem(req); msg != "" {
@@ -759,38 +661,12 @@ func (f *Fake) createPool(r *http.Request, now time.Time) (int, any) {
 	return http.StatusCreated, map[string]any{"pool": c.wirePool(p)}
 }
 
-func (f *Fake) listPools(r *http.Request, now time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	out := []wirePool{}
-	for _, p := range c.pools {
-		if listedBy(p.listedAt, now) {
-			out = append(out, c.wirePool(p))
-		}
-	}
-	return paged(r, "pools", out)
-}
-
-func (f *Fake) getPool(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	p := c.pool(r.PathValue("name"))
-	if p == nil {
-		return notFoundAnswer()
-	}
-	return http.StatusOK, map[string]any{"pool": c.wirePool(p)}
-}
-
 func (f *Fake) updatePool(r *http.Request, _ time.Time) (int, any) {
 	c := f.st.clusterFrom(r)
 	if c == nil {
 		return notFoundAnswer()
 	}
-	p := c.pool(r.PathValue("name"))
+	p := findChild(c.pools, r.PathValue("name"))
 	if p == nil {
 		return notFoundAnswer()
 	}
@@ -802,19 +678,6 @@ func (f *Fake) updatePool(r *http.Request, _ time.Time) (int, any) {
 		return fail(http.StatusUnprocessableEntity, "%s", msg)
 	}
 	p.user, p.db, p.mode, p.size = req.User, req.DB, req.Mode, req.Size
-	return http.StatusNoContent, nil
-}
-
-func (f *Fake) deletePool(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
-	}
-	p := c.pool(r.PathValue("name"))
-	if p == nil {
-		return notFoundAnswer()
-	}
-	c.pools = slices.DeleteFunc(c.pools, func(x *dbPool) bool { return x == p })
 	return http.StatusNoContent, nil
 }
 
@@ -926,41 +789,94 @@ func (f *Fake) createReplica(r *http.Request, now time.Time) (int, any) {
 	return http.StatusCreated, map[string]any{"replica": c.wireReplica(rep)}
 }
 
-func (f *Fake) listReplicas(r *http.Request, now time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
+// A cluster's children (users, dbs, pools, replicas) are named within it
+// and listed only once their listing lag has passed; children serves the
+// routes they share: list, get by name and delete.
+type child interface {
+	childName() string
+	listedAfter() time.Time
+}
+
+func (u *dbUser) childName() string       { return u.name }
+func (u *dbUser) listedAfter() time.Time  { return u.listedAt }
+func (d *dbDB) childName() string         { return d.name }
+func (d *dbDB) listedAfter() time.Time    { return d.listedAt }
+func (p *dbPool) childName() string       { return p.name }
+func (p *dbPool) listedAfter() time.Time  { return p.listedAt }
+func (r *replica) childName() string      { return r.name }
+func (r *replica) listedAfter() time.Time { return r.listedAt }
+
+// childIndex is the index of the child named name (-1: none).
+func childIndex[T child](items []T, name string) int {
+	return slices.IndexFunc(items, func(it T) bool { return it.childName() == name })
+}
+
+// findChild is the child named name (nil: none).
+func findChild[T child](items []T, name string) T {
+	if i := childIndex(items, name); i >= 0 {
+		return items[i]
 	}
-	out := []wireReplica{}
-	for _, rep := range c.replicas {
-		if listedBy(rep.listedAt, now) {
-			out = append(out, c.wireReplica(rep))
+	var none T
+	return none
+}
+
+// children are one kind of a cluster's children: key names them in an
+// answer, of picks them from a cluster, wire answers one.
+type children[T child, W any] struct {
+	key  string
+	of   func(*cluster) *[]T
+	wire func(*cluster, T) W
+}
+
+func (ch children[T, W]) list(st *state) handler {
+	return func(r *http.Request, now time.Time) (int, any) {
+		c := st.clusterFrom(r)
+		if c == nil {
+			return notFoundAnswer()
 		}
+		out := []W{}
+		for _, it := range *ch.of(c) {
+			if listedBy(it.listedAfter(), now) {
+				out = append(out, ch.wire(c, it))
+			}
+		}
+		return paged(r, ch.key+"s", out)
 	}
-	return paged(r, "replicas", out)
 }
 
-func (f *Fake) getReplica(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
+func (ch children[T, W]) get(st *state) handler {
+	return func(r *http.Request, _ time.Time) (int, any) {
+		c := st.clusterFrom(r)
+		if c == nil {
+			return notFoundAnswer()
+		}
+		i := childIndex(*ch.of(c), r.PathValue("name"))
+		if i < 0 {
+			return notFoundAnswer()
+		}
+		return http.StatusOK, map[string]any{ch.key: ch.wire(c, (*ch.of(c))[i])}
 	}
-	rep := c.replica(r.PathValue("name"))
-	if rep == nil {
-		return notFoundAnswer()
-	}
-	return http.StatusOK, map[string]any{"replica": c.wireReplica(rep)}
 }
 
-func (f *Fake) deleteReplica(r *http.Request, _ time.Time) (int, any) {
-	c := f.st.clusterFrom(r)
-	if c == nil {
-		return notFoundAnswer()
+// delete removes the named child; keep, when set, refuses some (an
+// answer and true).
+func (ch children[T, W]) delete(st *state, keep func(T) (int, any, bool)) handler {
+	return func(r *http.Request, _ time.Time) (int, any) {
+		c := st.clusterFrom(r)
+		if c == nil {
+			return notFoundAnswer()
+		}
+		items := ch.of(c)
+		i := childIndex(*items, r.PathValue("name"))
+		if i < 0 {
+			return notFoundAnswer()
+		}
+		if keep != nil {
+			if status, body, refused := keep((*items)[i]); refused {
+				return status, body
+			}
+		}
+		*items = slices.Delete(*items, i, i+1)
+		return http.StatusNoContent, nil
 	}
-	rep := c.replica(r.PathValue("name"))
-	if rep == nil {
-		return notFoundAnswer()
-	}
-	c.replicas = slices.DeleteFunc(c.replicas, func(x *replica) bool { return x == rep })
-	return http.StatusNoContent, nil
 }
