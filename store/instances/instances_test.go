@@ -175,30 +175,37 @@ func TestPlacementCountsOvercommit(t *testing.T) {
 	}
 }
 
-func TestConcurrentCreatesNeverOverbook(t *testing.T) {
-	f := newFixture(t, `{}`, 1)
-	flv := f.flavor(100, 1024, 1) // two fit the node's 224 CPUs
-	const callers = 8
+// race runs create from callers goroutines at once and answers how many
+// succeeded; an error refused does not accept fails the test.
+func race(t *testing.T, callers int, create func() error, refused func(*core.Error) bool) int {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, callers)
 	for i := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = f.create(flv)
+			errs[i] = create()
 		}()
 	}
 	wg.Wait()
 	placed := 0
 	for _, err := range errs {
-		switch ce := core.AsError(err); {
+		switch {
 		case err == nil:
 			placed++
-		case ce.Code == core.CodeInvalidState && ce.Details["reason"] == "noCapacity":
-		default:
+		case !refused(core.AsError(err)):
 			t.Fatalf("create = %v", err)
 		}
 	}
+	return placed
+}
+
+func TestConcurrentCreatesNeverOverbook(t *testing.T) {
+	f := newFixture(t, `{}`, 1)
+	flv := f.flavor(100, 1024, 1) // two fit the node's 224 CPUs
+	placed := race(t, 8, func() error { _, err := f.create(flv); return err },
+		func(ce *core.Error) bool { return ce.Code == core.CodeInvalidState && ce.Details["reason"] == "noCapacity" })
 	if placed != 2 {
 		t.Fatalf("placed %d, want 2", placed)
 	}

@@ -3,7 +3,6 @@ package instances_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/better-compute/better-compute/core"
@@ -191,27 +190,8 @@ func TestConcurrentCreatesKeepTheQuota(t *testing.T) {
 	f := newFixture(t, `{}`, 2)
 	g2 := f.flavor(1, 1024, 2)
 	image := f.offerTo("ten_c", policy.Quota{"vcpu": 100, "memoryGiB": 100, "gpu": 4})
-	const callers = 8
-	var wg sync.WaitGroup
-	errs := make([]error, callers)
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = f.createAs("ten_c", image, g2)
-		}()
-	}
-	wg.Wait()
-	placed := 0
-	for _, err := range errs {
-		switch ce := core.AsError(err); {
-		case err == nil:
-			placed++
-		case ce.Code == core.CodeQuotaExceeded && ce.Details["resource"] == "gpu":
-		default:
-			t.Fatalf("create = %v", err)
-		}
-	}
+	placed := race(t, 8, func() error { _, err := f.createAs("ten_c", image, g2); return err },
+		func(ce *core.Error) bool { return ce.Code == core.CodeQuotaExceeded && ce.Details["resource"] == "gpu" })
 	if placed != 2 {
 		t.Fatalf("placed %d, want 2", placed)
 	}

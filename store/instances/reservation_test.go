@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -151,27 +150,10 @@ func TestInstanceOnReservationInUse(t *testing.T) {
 	}
 	f.activate(r)
 	flv := f.flavor(2, 1024, 1)
-	const callers = 6
-	var wg sync.WaitGroup
-	errs := make([]error, callers)
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = f.createOn(tenant, flv, r.ID)
-		}()
-	}
-	wg.Wait()
-	placed := 0
-	for _, err := range errs {
-		switch ce := core.AsError(err); {
-		case err == nil:
-			placed++
-		case ce.Code == core.CodeConflict && ce.Details["field"] == "reservationId" && ce.Details["reason"] == "inUse":
-		default:
-			t.Fatalf("create = %v", err)
-		}
-	}
+	placed := race(t, 6, func() error { _, err := f.createOn(tenant, flv, r.ID); return err },
+		func(ce *core.Error) bool {
+			return ce.Code == core.CodeConflict && ce.Details["field"] == "reservationId" && ce.Details["reason"] == "inUse"
+		})
 	if placed != 1 {
 		t.Fatalf("placed %d on one reservation, want 1", placed)
 	}
