@@ -205,7 +205,9 @@ func TestConcurrentCreatesNeverOverbook(t *testing.T) {
 	f := newFixture(t, `{}`, 1)
 	flv := f.flavor(100, 1024, 1) // two fit the node's 224 CPUs
 	placed := race(t, 8, func() error { _, err := f.create(flv); return err },
-		func(ce *core.Error) bool { return ce.Code == core.CodeInvalidState && ce.Details["reason"] == "noCapacity" })
+		func(ce *core.Error) bool {
+			return ce.Code == core.CodeInvalidState && ce.Details["reason"] == "noCapacity"
+		})
 	if placed != 2 {
 		t.Fatalf("placed %d, want 2", placed)
 	}
