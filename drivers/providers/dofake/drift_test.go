@@ -1,11 +1,8 @@
 package dofake_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -78,20 +75,7 @@ func TestDriftRewritesOnEveryRead(t *testing.T) {
 func TestDriftOverTheAdminSurface(t *testing.T) {
 	e := newEnv(t, dofake.Settings{})
 	ctx := context.Background()
-	admin := func(method, path, body string, want int) []byte {
-		t.Helper()
-		req, _ := http.NewRequest(method, e.srv.URL+path, bytes.NewBufferString(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, raw, want)
-		}
-		return raw
-	}
+	admin := func(method, path, body string, want int) []byte { return e.admin(t, method, path, body, want) }
 	var s dofake.Settings
 	if err := json.Unmarshal(admin("PATCH", "/_fake/settings", `{"databaseDelay":"2m","deployDelay":"30s"}`, 200), &s); err != nil ||
 		s.DatabaseDelay != 2*time.Minute || s.DeployDelay != 30*time.Second {

@@ -314,23 +314,27 @@ func TestGodoRetriesRepeatACreate(t *testing.T) {
 	}
 }
 
+// admin calls the fake's admin surface and answers the body, failing t
+// unless the status is want.
+func (e *env) admin(t *testing.T, method, path, body string, want int) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.srv.URL+path, bytes.NewBufferString(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, raw, want)
+	}
+	return raw
+}
+
 func TestAdminSurface(t *testing.T) {
 	e := newEnv(t, dofake.Settings{})
 	ctx := context.Background()
-	admin := func(method, path, body string, want int) []byte {
-		t.Helper()
-		req, _ := http.NewRequest(method, e.srv.URL+path, bytes.NewBufferString(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, raw, want)
-		}
-		return raw
-	}
+	admin := func(method, path, body string, want int) []byte { return e.admin(t, method, path, body, want) }
 
 	admin("POST", "/_fake/faults", `{"method":"GET","path":"/v2/sizes","kind":"status","status":503,"retryAfter":"3s"}`, 200)
 	admin("POST", "/_fake/faults", `[{"kind":"apply-then-drop","method":"POST","path":"/v2/droplets"},{"kind":"slow","delay":"1ms","path":"/v2/regions","count":-1}]`, 200)
