@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/better-compute/better-compute/api/cloudresources"
-	pa "github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/api/pools"
+	pa "github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/core"
 )
 
