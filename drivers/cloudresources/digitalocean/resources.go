@@ -410,9 +410,7 @@ func (r *Resources) getChild(ctx context.Context, kind, parent, name string) (cl
 		if err != nil {
 			return cloudresources.Observed{}, doprovider.MapError(what, err)
 		}
-		o := userObserved(parent, u)
-		o.Secrets = nil // a read never carries the password
-		return o, nil
+		return userObserved(parent, u), nil
 	case KindDatabase:
 		d, _, err := r.client.Databases.GetDB(ctx, parent, name)
 		if err != nil {
@@ -431,7 +429,7 @@ func (r *Resources) getChild(ctx context.Context, kind, parent, name string) (cl
 			return cloudresources.Observed{}, doprovider.MapError(what, err)
 		}
 		o := replicaObserved(parent, rep)
-		o.Secrets = nil
+		o.Secrets = nil // only a create's answer is sealed
 		return o, nil
 	}
 	return cloudresources.Observed{}, unsupported(kind)
@@ -494,12 +492,11 @@ func clusterObserved(db *godo.Database) cloudresources.Observed {
 }
 
 func userObserved(parent string, u *godo.DatabaseUser) cloudresources.Observed {
-	o := cloudresources.Observed{
+	return cloudresources.Observed{
 		Ref:  cloudresources.Ref{Kind: KindUser, ParentProviderID: parent, ProviderID: u.Name},
 		Name: u.Name, Status: "active", Ready: true, Spec: mustJSON(nameSpec{Name: u.Name}), Labels: []string{},
 		Outputs: map[string]string{"name": u.Name, "role": u.Role},
 	}
-	return o
 }
 
 func databaseObserved(parent string, d *godo.DatabaseDB) cloudresources.Observed {
