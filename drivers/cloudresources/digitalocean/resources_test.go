@@ -189,11 +189,7 @@ func TestChildrenLifecycle(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, created.ProviderID, byName.ProviderID)
 			require.Nil(t, byName.Secrets)
-			if tt.kind != digitalocean.KindReplica {
-				// A replica's (and a cluster's) reported storage, a size's
-				// default (25600 MiB), is no multiple of the manifest's 10240.
-				requireValidSpec(t, byName)
-			}
+			requireValidSpec(t, byName)
 
 			if tt.update != "" {
 				updated, err := e.res.Update(ctx, cloudresources.UpdateRequest{
