@@ -1,7 +1,8 @@
 // Package digitalocean holds DigitalOcean's cloud-resource kinds: one
 // embedded JSON manifest per kind under kinds/, named by DigitalOcean's
-// API fields and limits (godo's request types). The ProviderResources
-// implementation over godo comes with the reconciler.
+// API fields and limits (godo's request types), and Resources, the
+// ProviderResources implementation over godo (the do.database.pg family
+// so far).
 package digitalocean
 
 import (

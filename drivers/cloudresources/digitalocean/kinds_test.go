@@ -113,7 +113,7 @@ func TestValidate(t *testing.T) {
 		{kind: "do.database.pg", name: "another engine", spec: `{"region":"fra1","size":"db-s-1vcpu-1gb","engine":"mysql"}`, field: "spec.engine", reason: "enum"},
 		{kind: "do.database.pg", name: "four nodes", spec: `{"region":"fra1","size":"db-s-1vcpu-1gb","num_nodes":4}`, field: "spec.num_nodes", reason: "range"},
 		{kind: "do.database.pg", name: "nodes as text", spec: `{"region":"fra1","size":"db-s-1vcpu-1gb","num_nodes":"2"}`, field: "spec.num_nodes", reason: "type"},
-		{kind: "do.database.pg", name: "storage off the 10 GiB steps", spec: `{"region":"fra1","size":"db-s-1vcpu-1gb","storage_size_mib":15000}`, field: "spec.storage_size_mib", reason: "multipleOf"},
+		{kind: "do.database.pg", name: "storage off whole GiB", spec: `{"region":"fra1","size":"db-s-1vcpu-1gb","storage_size_mib":15000}`, field: "spec.storage_size_mib", reason: "multipleOf"},
 		{kind: "do.database.pg", name: "a droplet size", spec: `{"region":"fra1","size":"s-1vcpu-1gb"}`, field: "spec.size", reason: "pattern"},
 		{kind: "do.database.pg", name: "a bad region", spec: `{"region":"Frankfurt","size":"db-s-1vcpu-1gb"}`, field: "spec.region", reason: "pattern"},
 		{kind: "do.database.pg", name: "a bad hour", spec: `{"region":"fra1","size":"db-s-1vcpu-1gb","maintenance_window":{"day":"sunday","hour":"25:00"}}`, field: "spec.maintenance_window.hour", reason: "pattern"},

@@ -57,7 +57,18 @@ func NewFactory(limiter providers.Limiter, httpClient *http.Client) *Factory {
 
 // Open implements providers.Factory. The token is kept only in the
 // returned Provider's transport.
-func (f *Factory) Open(_ context.Context, c providers.Credential) (providers.Provider, error) {
+func (f *Factory) Open(ctx context.Context, c providers.Credential) (providers.Provider, error) {
+	client, err := f.Client(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{client: client, tries: f.readTries, backoff: f.readBackoff}, nil
+}
+
+// Client is the godo client a Provider of c uses (the credential's limiter
+// and token in its transport), for other services of the same account
+// (drivers/cloudresources/digitalocean).
+func (f *Factory) Client(_ context.Context, c providers.Credential) (*godo.Client, error) {
 	if c.Kind != Kind {
 		return nil, fmt.Errorf("digitalocean: a %q credential: %w", c.Kind, providers.ErrRefused)
 	}
@@ -90,7 +101,7 @@ func (f *Factory) Open(_ context.Context, c providers.Credential) (providers.Pro
 	if err != nil {
 		return nil, fmt.Errorf("digitalocean: the base URL %q: %w", c.BaseURL, providers.ErrRefused)
 	}
-	return &Provider{client: client, tries: f.readTries, backoff: f.readBackoff}, nil
+	return client, nil
 }
 
 // Provider is one DigitalOcean token's view.
@@ -173,7 +184,7 @@ func (p *Provider) CreateServer(ctx context.Context, req providers.CreateServer)
 		UserData: req.UserData,
 	})
 	if err != nil {
-		return providers.Server{}, mapError("creating droplet "+req.Name, err)
+		return providers.Server{}, MapError("creating droplet "+req.Name, err)
 	}
 	return server(d), nil
 }
@@ -254,7 +265,7 @@ func (p *Provider) act(ctx context.Context, id, what string, do func(int) (*godo
 	}
 	a, _, err := do(n)
 	if err != nil {
-		return providers.Action{}, mapError(what+" droplet "+id, err)
+		return providers.Action{}, MapError(what+" droplet "+id, err)
 	}
 	return action(a), nil
 }
@@ -290,7 +301,7 @@ func retried[T any](ctx context.Context, p *Provider, what string, call func() (
 		if err == nil {
 			return v, nil
 		}
-		mapped := mapError(what, err)
+		mapped := MapError(what, err)
 		if retryable(mapped) {
 			return v, mapped
 		}
@@ -348,11 +359,11 @@ func allPages[T any](ctx context.Context, p *Provider, what string, list func(*g
 	return nil, fmt.Errorf("digitalocean: %s: more than %d pages: %w", what, maxPages, providers.ErrUnavailable)
 }
 
-// mapError turns godo's and the transport's errors into the seam's: 404
+// MapError turns godo's and the transport's errors into the seam's: 404
 // ErrNotFound, 429 *RateLimited, 5xx, timeouts and connection errors
 // ErrUnavailable (with ErrNotSent when the request never left), other 4xx
 // ErrRefused. The limiter's refusal stays a *RateLimited.
-func mapError(what string, err error) error {
+func MapError(what string, err error) error {
 	var resp *godo.ErrorResponse
 	if errors.As(err, &resp) && resp.Response != nil {
 		status := resp.Response.StatusCode
