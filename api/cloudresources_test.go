@@ -36,14 +36,14 @@ func TestCloudResourcesKinds(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := map[string]cloudresources.Kind{}
-		for _, k := range got.Items {
+		for _, k := range got.Kinds {
 			seen[k.Kind] = k
 		}
 		pg, ok := seen["do.database.pg"]
 		if got.Provider != "digitalocean" || !ok || pg.Family != "data" || !pg.Available || pg.Quota != 20 || len(pg.Spec) == 0 {
 			t.Fatalf("previews %v: kinds = %+v", previews, got)
 		}
-		for _, k := range got.Items {
+		for _, k := range got.Kinds {
 			if k.Preview && k.Available != previews {
 				t.Errorf("previews %v: preview kind %s available %v", previews, k.Kind, k.Available)
 			}

@@ -36,7 +36,7 @@ type Kind struct {
 type KindsAnswer struct {
 	PoolID   string `json:"poolId"`
 	Provider string `json:"provider"`
-	Items    []Kind `json:"items"`
+	Kinds    []Kind `json:"kinds"`
 }
 
 // Kinds is cloudResources.kinds.
@@ -83,9 +83,9 @@ func kinds(ctx context.Context, tx store.Tx, tenantID, poolID string, quotas rul
 		return KindsAnswer{}, core.Errorf(core.CodeUnsupported, "provider %s serves no cloud resources", acct.Provider).
 			WithDetails(map[string]any{"reason": "noCloudResources", "provider": acct.Provider})
 	}
-	out := KindsAnswer{PoolID: p.ID, Provider: acct.Provider, Items: []Kind{}}
+	out := KindsAnswer{PoolID: p.ID, Provider: acct.Provider, Kinds: []Kind{}}
 	for _, m := range set.All() {
-		out.Items = append(out.Items, Kind{Manifest: m, Available: !m.Preview || acct.Previews, Quota: quotas.Of(m.Kind)})
+		out.Kinds = append(out.Kinds, Kind{Manifest: m, Available: !m.Preview || acct.Previews, Quota: quotas.Of(m.Kind)})
 	}
 	return out, nil
 }
