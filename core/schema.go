@@ -625,6 +625,15 @@ func collect(e *validator.ValidationError, out *[]failure) {
 
 // reasonOf names a keyword failure the way details.reason does.
 func reasonOf(k validator.ErrorKind) string {
+	if _, ok := k.(*maxBytesExceeded); ok {
+		return "maxBytes"
+	}
+	return SchemaReason(k)
+}
+
+// SchemaReason names a JSON Schema keyword failure the way details.reason
+// does: type, enum, range, else the failing keyword.
+func SchemaReason(k validator.ErrorKind) string {
 	switch k.(type) {
 	case *kind.Type:
 		return "type"
@@ -632,8 +641,6 @@ func reasonOf(k validator.ErrorKind) string {
 		return "enum"
 	case *kind.Minimum, *kind.Maximum, *kind.ExclusiveMinimum, *kind.ExclusiveMaximum:
 		return "range"
-	case *maxBytesExceeded:
-		return "maxBytes"
 	}
 	if p := k.KeywordPath(); len(p) > 0 {
 		return p[len(p)-1]
@@ -644,6 +651,14 @@ func reasonOf(k validator.ErrorKind) string {
 // reasonOrder breaks ties between failures of one field: the kind of value
 // first, then its length, then its form.
 var reasonOrder = []string{"required", "unknown", "type", "minLength", "maxLength", "pattern", "enum"}
+
+// SchemaReasonRank orders the reasons of one field's failures (lower first).
+func SchemaReasonRank(reason string) int {
+	if i := slices.Index(reasonOrder, reason); i >= 0 {
+		return i
+	}
+	return len(reasonOrder)
+}
 
 // rank orders failures: unknown top-level fields first, then by the field's
 // declaration order, then by reason.
@@ -657,11 +672,7 @@ func (s *Schema) rank(f failure) int {
 	if len(f.path) == 1 && f.reason == "unknown" {
 		top = -1
 	}
-	r := slices.Index(reasonOrder, f.reason)
-	if r < 0 {
-		r = len(reasonOrder)
-	}
-	return (top+1)*10_000 + len(f.path)*100 + r
+	return (top+1)*10_000 + len(f.path)*100 + SchemaReasonRank(f.reason)
 }
 
 func invalidField(field, reason, msg string) *Error {

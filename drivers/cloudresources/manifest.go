@@ -363,7 +363,7 @@ func (m *Manifest) Validate(spec json.RawMessage) error {
 		if c := strings.Compare(a.field, b.field); c != 0 {
 			return c
 		}
-		return reasonRank(a.reason) - reasonRank(b.reason)
+		return core.SchemaReasonRank(a.reason) - core.SchemaReasonRank(b.reason)
 	})
 	return invalid(leaves[0].field, leaves[0].reason, leaves[0].message)
 }
@@ -420,14 +420,10 @@ func collect(e *validator.ValidationError, out *[]problem) {
 	}
 }
 
+// reasonOf is core.SchemaReason, with the failures a kind's own schemas
+// use: a reserved value (not), a choice of branches (oneOf, anyOf).
 func reasonOf(k validator.ErrorKind) string {
 	switch k.(type) {
-	case *kind.Type:
-		return "type"
-	case *kind.Enum, *kind.Const:
-		return "enum"
-	case *kind.Minimum, *kind.Maximum, *kind.ExclusiveMinimum, *kind.ExclusiveMaximum:
-		return "range"
 	case *kind.Not:
 		return "reserved"
 	case *kind.OneOf:
@@ -435,21 +431,7 @@ func reasonOf(k validator.ErrorKind) string {
 	case *kind.AnyOf:
 		return "anyOf"
 	}
-	if p := k.KeywordPath(); len(p) > 0 {
-		return p[len(p)-1]
-	}
-	return "invalid"
-}
-
-// reasonOrder breaks ties between problems of one field: the kind of value
-// first, then its length, then its form.
-var reasonOrder = []string{"required", "unknown", "type", "minLength", "maxLength", "pattern", "enum"}
-
-func reasonRank(r string) int {
-	if i := slices.Index(reasonOrder, r); i >= 0 {
-		return i
-	}
-	return len(reasonOrder)
+	return core.SchemaReason(k)
 }
 
 // ReplaceRequired names the fields ("spec.engine") that differ between

@@ -558,55 +558,57 @@ func (st *state) onlineCluster(r *http.Request) (*cluster, int, any) {
 	return c, 0, nil
 }
 
-func (f *Fake) createDBUser(r *http.Request, now time.Time) (int, any) {
-	c, status, body := f.st.onlineCluster(r)
+// newChild checks a request to create a user or a logical database of the
+// cluster the path names: the cluster online, its engine managing them
+// (managed), the body's name valid and not taken. On a refusal c is nil
+// and status and body are the answer.
+func (f *Fake) newChild(r *http.Request, what string, managed func(engine) bool, taken func(*cluster, string) bool) (
+	c *cluster, name string, status int, body any) {
+	c, status, body = f.st.onlineCluster(r)
 	if c == nil {
-		return status, body
+		return nil, "", status, body
 	}
 	var req struct {
 		Name string `json:"name"`
 	}
-	if err := decode(r, &req); err != nil {
-		return fail(http.StatusBadRequest, "%v", err)
+	refuse := func(code int, format string, args ...any) (*cluster, string, int, any) {
+		status, body := fail(code, format, args...)
+		return nil, "", status, body
 	}
-	if !engines[c.engine].users {
-		return fail(http.StatusUnprocessableEntity, "%s clusters have no users to manage.", c.engine)
+	switch err := decode(r, &req); {
+	case err != nil:
+		return refuse(http.StatusBadRequest, "%v", err)
+	case !managed(engines[c.engine]):
+		return refuse(http.StatusUnprocessableEntity, "%s clusters have no %ss to manage.", c.engine, what)
+	case !dbObjectRE.MatchString(req.Name):
+		return refuse(http.StatusUnprocessableEntity, "%s name %q is not valid.", what, req.Name)
+	case taken(c, req.Name):
+		return refuse(http.StatusUnprocessableEntity, "%s %q already exists.", what, req.Name)
 	}
-	if !dbObjectRE.MatchString(req.Name) {
-		return fail(http.StatusUnprocessableEntity, "user name %q is not valid.", req.Name)
-	}
-	if findChild(c.users, req.Name) != nil {
-		return fail(http.StatusUnprocessableEntity, "user %q already exists.", req.Name)
+	return c, req.Name, 0, nil
+}
+
+func (f *Fake) createDBUser(r *http.Request, now time.Time) (int, any) {
+	c, name, status, body := f.newChild(r, "user", func(e engine) bool { return e.users },
+		func(c *cluster, n string) bool { return findChild(c.users, n) != nil })
+	if c == nil {
+		return status, body
 	}
 	f.st.newID(KindDatabaseUsers)
-	u := &dbUser{name: req.Name, role: "normal", password: newSecret("AVNS_"), listedAt: now.Add(f.st.settings.ListLag)}
+	u := &dbUser{name: name, role: "normal", password: newSecret("AVNS_"), listedAt: now.Add(f.st.settings.ListLag)}
 	c.users = append(c.users, u)
 	return http.StatusCreated, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role, Password: u.password}}
 }
 
 func (f *Fake) createDB(r *http.Request, now time.Time) (int, any) {
-	c, status, body := f.st.onlineCluster(r)
+	c, name, status, body := f.newChild(r, "database", func(e engine) bool { return e.dbs },
+		func(c *cluster, n string) bool { return findChild(c.dbs, n) != nil })
 	if c == nil {
 		return status, body
 	}
-	var req struct {
-		Name string `json:"name"`
-	}
-	if err := decode(r, &req); err != nil {
-		return fail(http.StatusBadRequest, "%v", err)
-	}
-	if !engines[c.engine].dbs {
-		return fail(http.StatusUnprocessableEntity, "%s clusters have no databases to manage.", c.engine)
-	}
-	if !dbObjectRE.MatchString(req.Name) {
-		return fail(http.StatusUnprocessableEntity, "database name %q is not valid.", req.Name)
-	}
-	if findChild(c.dbs, req.Name) != nil {
-		return fail(http.StatusUnprocessableEntity, "database %q already exists.", req.Name)
-	}
 	f.st.newID(KindDatabaseDBs)
-	c.dbs = append(c.dbs, &dbDB{name: req.Name, listedAt: now.Add(f.st.settings.ListLag)})
-	return http.StatusCreated, map[string]any{"db": map[string]string{"name": req.Name}}
+	c.dbs = append(c.dbs, &dbDB{name: name, listedAt: now.Add(f.st.settings.ListLag)})
+	return http.StatusCreated, map[string]any{"db": map[string]string{"name": name}}
 }
 
 // poolRequest is godo's DatabaseCreatePoolRequest (and, without the name,
