@@ -73,6 +73,9 @@ type Manifest struct {
 	Releasable bool `json:"releasable"`
 	// Books, when set, is the capacity quota a resource of the kind books.
 	Books *Books `json:"books,omitempty"`
+	// References are the spec fields naming objects outside the resource
+	// (AccountWide, Instances, Networks read them).
+	References References `json:"references"`
 
 	schema *validator.Schema
 }
@@ -230,6 +233,13 @@ func parseManifest(raw []byte) (*Manifest, error) {
 		if err := checkBooks(m.Books, props, required); err != nil {
 			return nil, err
 		}
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(m.Spec, &doc); err != nil {
+		return nil, fmt.Errorf("spec schema: %w", err)
+	}
+	if err := checkReferences(m.References, doc); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }

@@ -300,3 +300,40 @@ func TestUpdatableFieldsAreSpecFields(t *testing.T) {
 		require.False(t, slices.Contains(m.Updatable, "region"), "%s: a region change replaces", m.Kind)
 	}
 }
+
+func TestKindReferences(t *testing.T) {
+	const vpc = "5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d"
+	tests := []struct {
+		kind, spec             string
+		accountWide, instances []string
+		networks               []string
+	}{
+		{kind: KindCluster, spec: `{"region":"nyc3","size":"db-s-1vcpu-1gb","network":"net_01jabcdefghjkmnpqrstvwxyz0"}`, networks: []string{"net_01jabcdefghjkmnpqrstvwxyz0"}},
+		{kind: KindCluster, spec: `{"region":"nyc3","size":"db-s-1vcpu-1gb","private_network_uuid":"` + vpc + `","project_id":"` + vpc + `"}`,
+			accountWide: []string{"spec.private_network_uuid", "spec.project_id"}},
+		{kind: KindReplica, spec: `{"region":"nyc3","size":"db-s-1vcpu-1gb","private_network_uuid":"` + vpc + `"}`, accountWide: []string{"spec.private_network_uuid"}},
+		{kind: KindFirewall, spec: `{"rules":[{"type":"ip_addr","value":"192.0.2.1"},{"type":"droplet","value":"1"},{"type":"k8s","value":"c"},{"type":"tag","value":"t"},{"type":"app","value":"a"}],
+			"instances":["inst_01jabcdefghjkmnpqrstvwxyz0"]}`,
+			accountWide: []string{"spec.rules.1.type", "spec.rules.2.type", "spec.rules.3.type", "spec.rules.4.type"},
+			instances:   []string{"inst_01jabcdefghjkmnpqrstvwxyz0"}},
+		{kind: KindApp, spec: `{"region":"nyc","services":[
+			{"name":"web","git":{"repo_clone_url":"https://example.invalid/r.git"}},
+			{"name":"api","github":{"repo":"acme/api"}},
+			{"name":"img","image":{"registry_type":"DOCKER_HUB","repository":"nginx"}},
+			{"name":"own","image":{"registry_type":"DOCR","repository":"x"}}],
+			"workers":[{"name":"w","gitlab":{"repo":"acme/w"}}],
+			"databases":[{"name":"db","cluster_name":"shared-pg"},{"name":"dev","engine":"PG"}]}`,
+			accountWide: []string{"spec.databases.0.cluster_name", "spec.services.1.github", "spec.services.3.image.registry_type", "spec.workers.0.gitlab"}},
+		{kind: KindInference, spec: `{"region":"nyc2","vpc_uuid":"` + vpc + `"}`, accountWide: []string{"spec.vpc_uuid"}},
+		{kind: KindNamespace, spec: `{"region":"nyc1"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			m := manifest(t, tt.kind)
+			spec := json.RawMessage(tt.spec)
+			require.Equal(t, tt.accountWide, m.AccountWide(spec))
+			require.Equal(t, tt.instances, m.Instances(spec))
+			require.Equal(t, tt.networks, m.Networks(spec))
+		})
+	}
+}

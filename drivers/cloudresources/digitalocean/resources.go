@@ -15,15 +15,18 @@ import (
 	doprovider "github.com/better-compute/better-compute/drivers/providers/digitalocean"
 )
 
-// The kinds of the managed PostgreSQL family, the only ones Resources
-// serves so far.
+// The kinds Resources serves: the managed PostgreSQL family, apps,
+// functions namespaces and dedicated inference endpoints.
 const (
-	KindCluster  = "do.database.pg"
-	KindUser     = "do.database.pg.user"
-	KindDatabase = "do.database.pg.database"
-	KindPool     = "do.database.pg.pool"
-	KindFirewall = "do.database.pg.firewall"
-	KindReplica  = "do.database.pg.replica"
+	KindCluster   = "do.database.pg"
+	KindUser      = "do.database.pg.user"
+	KindDatabase  = "do.database.pg.database"
+	KindPool      = "do.database.pg.pool"
+	KindFirewall  = "do.database.pg.firewall"
+	KindReplica   = "do.database.pg.replica"
+	KindApp       = "do.app"
+	KindNamespace = "do.functions.namespace"
+	KindInference = "do.inference.dedicated"
 )
 
 // perPage is the page size of the cluster listing (DigitalOcean's maximum);
