@@ -40,6 +40,22 @@ type ProviderResources interface {
 	Update(ctx context.Context, req UpdateRequest) (Observed, error)
 	// Delete deletes one resource; one already gone is not an error.
 	Delete(ctx context.Context, ref Ref) error
+	// List is discover: the kind's resources on the account, at most limit
+	// (MaxList when limit is not positive), each with the spec the provider
+	// reports and its Labels (ManagedBy reads them). A kind with a parent
+	// is ErrNotListable.
+	List(ctx context.Context, kind string, limit int) ([]Observed, error)
+	// Label is adopt's takeover: it writes owner's ownership labels on the
+	// resource and answers it as the provider then reports it. One that
+	// carries another resource's labels is ErrManagedByAnother; a kind the
+	// provider owns by its name is ErrOwnedByName. A child kind carries no
+	// labels of its own (its parent's are its ownership): Label checks the
+	// parent and answers the child.
+	Label(ctx context.Context, ref Ref, owner Owner) (Observed, error)
+	// Unlabel is release: it removes owner's ownership labels and leaves
+	// the resource running. It is idempotent; a resource already gone is
+	// not an error; a kind owned by its name is ErrOwnedByName.
+	Unlabel(ctx context.Context, ref Ref, owner Owner) error
 }
 
 // Ref names a resource at the provider.

@@ -1,8 +1,8 @@
 // Package digitalocean holds DigitalOcean's cloud-resource kinds: one
 // embedded JSON manifest per kind under kinds/, named by DigitalOcean's
 // API fields and limits (godo's request types), and Resources, the
-// ProviderResources implementation over godo (the do.database.pg family
-// so far).
+// ProviderResources implementation over godo (with the optional Catalog
+// and Signals).
 package digitalocean
 
 import (

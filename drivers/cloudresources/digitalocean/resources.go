@@ -37,7 +37,8 @@ const (
 )
 
 // Resources is one DigitalOcean account's managed PostgreSQL clusters and
-// what lives in them, over godo. Nothing is retried here: every create is
+// what lives in them, apps, functions namespaces and dedicated inference
+// endpoints, over godo. Nothing is retried here: every create is
 // sent once, and the reconciler's activities retry the rest.
 type Resources struct {
 	client *godo.Client
@@ -58,8 +59,7 @@ func Open(ctx context.Context, factory *doprovider.Factory, c providers.Credenti
 	return New(client), nil
 }
 
-// Kinds implements cloudresources.ProviderResources: every manifest, though
-// only the do.database.pg family is served yet (others are ErrRefused).
+// Kinds implements cloudresources.ProviderResources: every manifest.
 func (r *Resources) Kinds() *cloudresources.KindSet { return Kinds() }
 
 // Observe implements cloudresources.ProviderResources.
@@ -70,6 +70,33 @@ func (r *Resources) Observe(ctx context.Context, req cloudresources.ObserveReque
 			return r.getCluster(ctx, req.ProviderID)
 		}
 		return r.findCluster(ctx, req.Name, req.Owner)
+	case KindApp:
+		if req.ProviderID == "" {
+			return r.findApp(ctx, req.Name, req.Owner)
+		}
+		a, err := r.getApp(ctx, req.ProviderID)
+		if err != nil {
+			return cloudresources.Observed{}, err
+		}
+		return appObserved(a), nil
+	case KindNamespace:
+		if req.ProviderID == "" {
+			return r.findNamespace(ctx, req.Name)
+		}
+		n, err := r.getNamespace(ctx, req.ProviderID)
+		if err != nil {
+			return cloudresources.Observed{}, err
+		}
+		return namespaceObserved(n), nil // the key only where a create's answer was lost
+	case KindInference:
+		if req.ProviderID == "" {
+			return r.findInference(ctx, req.Name)
+		}
+		in, err := r.getInference(ctx, req.ProviderID)
+		if err != nil {
+			return cloudresources.Observed{}, err
+		}
+		return inferenceObserved(in), nil
 	case KindUser, KindDatabase, KindPool, KindReplica, KindFirewall:
 	default:
 		return cloudresources.Observed{}, unsupported(req.Kind)
@@ -122,6 +149,12 @@ func (r *Resources) Create(ctx context.Context, req cloudresources.CreateRequest
 		return r.getFirewall(ctx, req.ParentProviderID)
 	case KindReplica:
 		return r.createReplica(ctx, req)
+	case KindApp:
+		return r.createApp(ctx, req)
+	case KindNamespace:
+		return r.createNamespace(ctx, req)
+	case KindInference:
+		return r.createInference(ctx, req)
 	}
 	return cloudresources.Observed{}, unsupported(req.Kind)
 }
@@ -156,7 +189,11 @@ func (r *Resources) Update(ctx context.Context, req cloudresources.UpdateRequest
 	case KindReplica:
 		// godo has no replica resize.
 		return cloudresources.Observed{}, refused("resizing a replica in place is not supported")
-	case KindUser, KindDatabase:
+	case KindApp:
+		return r.updateApp(ctx, req)
+	case KindInference:
+		return r.updateInference(ctx, req)
+	case KindUser, KindDatabase, KindNamespace:
 		return cloudresources.Observed{}, refused("%s has no field updated in place", req.Kind)
 	}
 	return cloudresources.Observed{}, unsupported(req.Kind)
@@ -185,6 +222,12 @@ func (r *Resources) Delete(ctx context.Context, ref cloudresources.Ref) error {
 	case KindFirewall:
 		_, err = r.client.Databases.UpdateFirewallRules(ctx, ref.ParentProviderID,
 			&godo.DatabaseUpdateFirewallRulesRequest{Rules: []*godo.DatabaseFirewallRule{}})
+	case KindApp:
+		_, err = r.client.Apps.Delete(ctx, ref.ProviderID)
+	case KindNamespace:
+		_, err = r.client.Functions.DeleteNamespace(ctx, ref.ProviderID)
+	case KindInference:
+		_, err = r.client.DedicatedInference.Delete(ctx, ref.ProviderID)
 	default:
 		return unsupported(ref.Kind)
 	}

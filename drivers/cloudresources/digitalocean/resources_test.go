@@ -341,7 +341,7 @@ func TestErrorsMapLikeTheProvider(t *testing.T) {
 		{
 			name: "a kind not served",
 			call: func(e *env) error {
-				_, err := e.res.Observe(context.Background(), cloudresources.ObserveRequest{Ref: cloudresources.Ref{Kind: "do.app", ProviderID: "x"}})
+				_, err := e.res.Observe(context.Background(), cloudresources.ObserveRequest{Ref: cloudresources.Ref{Kind: "do.spaces.bucket", ProviderID: "x"}})
 				return err
 			},
 			check: func(t *testing.T, err error) { require.ErrorIs(t, err, providers.ErrRefused) },

@@ -107,7 +107,10 @@ func (s *Settings) UnmarshalJSON(b []byte) error {
 //	DELETE /_fake/faults    clear them
 //	GET    /_fake/settings  Settings
 //	PATCH  /_fake/settings  change some (PUT: the same)
-//	POST   /_fake/tokens    {"token": "…"} accept one more token
+//	POST   /_fake/tokens    {"token": "…", "previews": bool} accept one more token
+//	GET    /_fake/signals   the signals the preview API answers
+//	POST   /_fake/signals   add a signal object (or a JSON array of them), malformed ones included
+//	DELETE /_fake/signals   clear them
 //	GET    /_fake/drift     the drift rules
 //	POST   /_fake/drift     add a DriftRule (or a JSON array of them)
 //	DELETE /_fake/drift     clear them
@@ -175,13 +178,46 @@ func (f *Fake) adminRoutes() {
 	f.mux.HandleFunc("PUT /_fake/settings", patch)
 	f.mux.HandleFunc("POST /_fake/tokens", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Token string `json:"token"`
+			Token    string `json:"token"`
+			Previews bool   `json:"previews"`
 		}
 		if err := decode(r, &req); err != nil || req.Token == "" {
 			adminAnswer(w, http.StatusBadRequest, errBody("bad_request", "a body {\"token\": \"…\"} is required", ""))
 			return
 		}
 		f.AddToken(req.Token)
+		if req.Previews {
+			f.EnablePreviews(req.Token)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	f.mux.HandleFunc("GET /_fake/signals", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		out := slices.Clone(f.st.signals)
+		f.mu.Unlock()
+		if out == nil {
+			out = []map[string]any{}
+		}
+		adminAnswer(w, http.StatusOK, out)
+	})
+	f.mux.HandleFunc("POST /_fake/signals", func(w http.ResponseWriter, r *http.Request) {
+		var raw json.RawMessage
+		if err := decode(r, &raw); err != nil {
+			adminAnswer(w, http.StatusBadRequest, errBody("bad_request", err.Error(), ""))
+			return
+		}
+		var list []json.RawMessage
+		if json.Unmarshal(raw, &list) != nil {
+			list = []json.RawMessage{raw}
+		}
+		if err := f.AddSignals(list...); err != nil {
+			adminAnswer(w, http.StatusUnprocessableEntity, errBody("unprocessable_entity", err.Error(), ""))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	f.mux.HandleFunc("DELETE /_fake/signals", func(w http.ResponseWriter, r *http.Request) {
+		f.ClearSignals()
 		w.WriteHeader(http.StatusNoContent)
 	})
 	f.mux.HandleFunc("GET /_fake/drift", func(w http.ResponseWriter, r *http.Request) {

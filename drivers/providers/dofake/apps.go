@@ -183,6 +183,8 @@ func (f *Fake) platformRoutes() map[string]handler {
 		"GET /v2/dedicated-inferences/{id}":          f.getInference,
 		"PATCH /v2/dedicated-inferences/{id}":        f.updateInference,
 		"DELETE /v2/dedicated-inferences/{id}":       f.deleteInference,
+		"GET /v2/1-clicks":                           f.listOneClicks,
+		"GET /v2/gen-ai/signals":                     f.listSignals,
 	}
 }
 

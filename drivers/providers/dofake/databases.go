@@ -432,6 +432,9 @@ func (f *Fake) createCluster(r *http.Request, now time.Time) (int, any) {
 	if e.dbs {
 		c.dbs = []*dbDB{{name: e.defaultDB, listedAt: now}}
 	}
+	for _, t := range c.tags {
+		st.tags[t] = true // tags given at create are created, as a droplet's
+	}
 	st.clusters[c.id] = c
 	return http.StatusCreated, map[string]any{"database": c.wire(true)}
 }
@@ -462,17 +465,22 @@ func (st *state) clusterFrom(r *http.Request) *cluster {
 	return st.clusters[r.PathValue("id")]
 }
 
-func (f *Fake) listClusters(r *http.Request, now time.Time) (int, any) {
-	tag := r.URL.Query().Get("tag_name")
+// listedClusters are the clusters a listing shows at now, by creation.
+func (st *state) listedClusters(now time.Time) []*cluster {
 	var listed []*cluster
-	for _, c := range f.st.clusters {
+	for _, c := range st.clusters {
 		if listedBy(c.listedAt, now) {
 			listed = append(listed, c)
 		}
 	}
 	slices.SortFunc(listed, func(a, b *cluster) int { return a.seq - b.seq })
+	return listed
+}
+
+func (f *Fake) listClusters(r *http.Request, now time.Time) (int, any) {
+	tag := r.URL.Query().Get("tag_name")
 	out := []wireDatabase{}
-	for _, c := range listed {
+	for _, c := range f.st.listedClusters(now) {
 		f.st.drifted(KindDatabases, c.id, c)
 		if tag != "" && !slices.Contains(c.tags, tag) {
 			continue

@@ -90,6 +90,11 @@ type Config struct {
 	Regions []Region
 	Sizes   []Size
 	Images  []Image
+	// OneClicks are the 1-Click apps (DefaultOneClicks when nil).
+	OneClicks []OneClick
+	// PreviewTokens are tokens (accepted too) whose account has previews
+	// enabled: only they are answered the preview APIs (signals).
+	PreviewTokens []string
 	// Logger gets one line per request (never a token); discarded when nil.
 	Logger *slog.Logger
 }
@@ -117,6 +122,13 @@ func New(cfg Config) *Fake {
 	f.rate = newRateLimits()
 	for _, t := range cfg.Tokens {
 		f.st.tokens[t] = true
+	}
+	for _, t := range cfg.PreviewTokens {
+		f.st.tokens[t], f.st.previews[t] = true, true
+	}
+	f.st.oneClicks = cfg.OneClicks
+	if f.st.oneClicks == nil {
+		f.st.oneClicks = DefaultOneClicks()
 	}
 	f.mux = http.NewServeMux()
 	f.routes()

@@ -75,7 +75,9 @@ func (f *Fake) listNamespaces(r *http.Request, now time.Time) (int, any) {
 		f.st.drifted(KindFunctionsNamespaces, n.id, n)
 		out = append(out, n.wire(false))
 	}
-	return paged(r, "namespaces", out)
+	// Not paged: godo's ListNamespaces sends no page, as DigitalOcean
+	// answers every namespace of the account at once.
+	return http.StatusOK, map[string]any{"namespaces": out}
 }
 
 // getNamespace answers the namespace with its key, as DigitalOcean does

@@ -39,6 +39,10 @@ type resources struct {
 	drift     []DriftRule
 	// driftRewrites counts reads a drift rule rewrote.
 	driftRewrites int
+	oneClicks     []OneClick
+	signals       []map[string]any
+	// previews are the tokens whose account has previews enabled.
+	previews map[string]bool
 }
 
 func newResources() resources {
@@ -48,6 +52,7 @@ func newResources() resources {
 		namespaces: map[string]*namespace{},
 		inferences: map[string]*inference{},
 		createdOf:  map[string]int{},
+		previews:   map[string]bool{},
 	}
 }
 

@@ -28,7 +28,7 @@ type wireTag struct {
 	Resources wireTagResources `json:"resources"`
 }
 
-// wireTag counts the listed droplets carrying name (a droplet still
+// wireTag counts the listed droplets and clusters carrying name (a droplet still
 // hidden by the listing lag is not counted, as the tag index lags too).
 func (st *state) wireTag(r *http.Request, name string, now time.Time) wireTag {
 	t := wireTag{Name: name}
@@ -39,7 +39,17 @@ func (st *state) wireTag(r *http.Request, name string, now time.Time) wireTag {
 			last = d.id
 		}
 	}
-	t.Resources.Count = t.Resources.Droplets.Count
+	lastDB := ""
+	for _, c := range st.listedClusters(now) {
+		if slices.Contains(c.tags, name) {
+			t.Resources.Databases.Count++
+			lastDB = c.id
+		}
+	}
+	t.Resources.Count = t.Resources.Droplets.Count + t.Resources.Databases.Count
+	if lastDB != "" {
+		t.Resources.Databases.LastTaggedURI = baseURL(r) + "/v2/databases/" + lastDB
+	}
 	if last != 0 {
 		uri := baseURL(r) + "/v2/droplets/" + strconv.Itoa(last)
 		t.Resources.LastTaggedURI, t.Resources.Droplets.LastTaggedURI = uri, uri
@@ -91,6 +101,9 @@ func (f *Fake) deleteTag(r *http.Request, _ time.Time) (int, any) {
 	for _, d := range f.st.droplets {
 		d.tags = slices.DeleteFunc(d.tags, func(t string) bool { return t == name })
 	}
+	for _, c := range f.st.clusters {
+		c.tags = slices.DeleteFunc(c.tags, func(t string) bool { return t == name })
+	}
 	return http.StatusNoContent, nil
 }
 
@@ -101,9 +114,10 @@ type tagResourcesRequest struct {
 	} `json:"resources"`
 }
 
-// taggedDroplets checks a tag-resources body: the tag exists, every
-// resource is a droplet that exists. Nothing changes unless all are.
-func (f *Fake) taggedDroplets(r *http.Request) ([]*droplet, int, any) {
+// taggedResources checks a tag-resources body: the tag exists, every
+// resource is a droplet or a database cluster that exists. It answers
+// their tag lists; nothing changes unless all are found.
+func (f *Fake) taggedResources(r *http.Request) ([]*[]string, int, any) {
 	name := r.PathValue("tag")
 	if !f.st.tags[name] {
 		s, b := notFoundAnswer()
@@ -118,45 +132,54 @@ func (f *Fake) taggedDroplets(r *http.Request) ([]*droplet, int, any) {
 		s, b := fail(http.StatusUnprocessableEntity, "resources must name at least one resource.")
 		return nil, s, b
 	}
-	var out []*droplet
+	var out []*[]string
 	for _, res := range req.Resources {
-		if res.Type != "droplet" {
-			s, b := fail(http.StatusUnprocessableEntity, "The fake tags droplets only, not %q.", res.Type)
+		switch res.Type {
+		case "droplet":
+			id, err := strconv.Atoi(res.ID)
+			d := f.st.droplets[id]
+			if err != nil || d == nil {
+				s, b := notFoundAnswer()
+				return nil, s, b
+			}
+			out = append(out, &d.tags)
+		case "database":
+			c := f.st.clusters[res.ID]
+			if c == nil {
+				s, b := notFoundAnswer()
+				return nil, s, b
+			}
+			out = append(out, &c.tags)
+		default:
+			s, b := fail(http.StatusUnprocessableEntity, "The fake tags droplets and databases only, not %q.", res.Type)
 			return nil, s, b
 		}
-		id, err := strconv.Atoi(res.ID)
-		d := f.st.droplets[id]
-		if err != nil || d == nil {
-			s, b := notFoundAnswer()
-			return nil, s, b
-		}
-		out = append(out, d)
 	}
 	return out, 0, nil
 }
 
 func (f *Fake) tagResources(r *http.Request, _ time.Time) (int, any) {
-	ds, status, body := f.taggedDroplets(r)
-	if ds == nil {
+	lists, status, body := f.taggedResources(r)
+	if lists == nil {
 		return status, body
 	}
 	name := r.PathValue("tag")
-	for _, d := range ds {
-		if !slices.Contains(d.tags, name) {
-			d.tags = append(d.tags, name)
+	for _, tags := range lists {
+		if !slices.Contains(*tags, name) {
+			*tags = append(*tags, name)
 		}
 	}
 	return http.StatusNoContent, nil
 }
 
 func (f *Fake) untagResources(r *http.Request, _ time.Time) (int, any) {
-	ds, status, body := f.taggedDroplets(r)
-	if ds == nil {
+	lists, status, body := f.taggedResources(r)
+	if lists == nil {
 		return status, body
 	}
 	name := r.PathValue("tag")
-	for _, d := range ds {
-		d.tags = slices.DeleteFunc(d.tags, func(t string) bool { return t == name })
+	for _, tags := range lists {
+		*tags = slices.DeleteFunc(*tags, func(t string) bool { return t == name })
 	}
 	return http.StatusNoContent, nil
 }
