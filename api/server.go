@@ -77,6 +77,8 @@ type Deps struct {
 	// domain (rpc.Deps).
 	Secrets *secrets.Vault
 	Metal   rpc.MetalConfig
+	// CloudResources configures the cloud-resources module (rpc.Deps).
+	CloudResources rpc.CloudResourcesConfig
 	// Blobs holds images' bytes (rpc.Deps); the upload endpoint
 	// (images.UploadPath) streams into it.
 	Blobs blobs.Store
@@ -140,7 +142,7 @@ func New(deps Deps) (*Server, error) {
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
 		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts, Secrets: deps.Secrets,
-		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs, Providers: deps.Providers}
+		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs, Providers: deps.Providers, CloudResources: deps.CloudResources}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

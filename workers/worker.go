@@ -3,10 +3,12 @@ package workers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	cloudresourcesact "github.com/better-compute/better-compute/activities/cloudresources"
 	healthact "github.com/better-compute/better-compute/activities/health"
 	instancesact "github.com/better-compute/better-compute/activities/instances"
 	metalact "github.com/better-compute/better-compute/activities/metal"
@@ -16,6 +18,7 @@ import (
 	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/secrets"
+	"github.com/better-compute/better-compute/workflows/cloudresources"
 	"github.com/better-compute/better-compute/workflows/health"
 	"github.com/better-compute/better-compute/workflows/instances"
 	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
@@ -37,6 +40,15 @@ type Deps struct {
 	// provider pools (nil: those activities fail and are retried).
 	Providers providers.Factory
 	Secrets   *secrets.Vault
+	// CloudResources tunes the cloud-resource reconciler: the waits its
+	// workflows are started with and its bounds (tests shorten them).
+	CloudResources CloudResourcesTuning
+}
+
+// CloudResourcesTuning tunes the cloud-resource reconciler (0: defaults).
+type CloudResourcesTuning struct {
+	ConvergingEvery, SettledEvery time.Duration
+	cloudresourcesact.Tuning
 }
 
 // NewControlPlane builds the worker of the control-plane task queue with
@@ -60,6 +72,13 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 	nodes.Register(r, &nodesact.Nodes{Store: deps.Store, Temporal: c})
 	lifecycle.Register(r, &metalact.Metal{Store: metalStore(deps), Temporal: c, TaskQueue: ControlPlaneQueue})
 	instances.Register(r, &instancesact.Instances{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue, Providers: deps.Providers, Secrets: deps.Secrets})
+	tuning := deps.CloudResources
+	cloudresources.Register(r, &cloudresourcesact.Resources{Store: deps.Store, Providers: deps.Providers, Secrets: deps.Secrets,
+		Tuning: tuning.Tuning,
+		StartWorkflow: func(ctx context.Context, p cloudresourcesact.ResourceParams) error {
+			p.ConvergingEvery, p.SettledEvery = tuning.ConvergingEvery, tuning.SettledEvery
+			return cloudresourcesact.StartResource(ctx, c, ControlPlaneQueue, p)
+		}})
 }
 
 // metalStore is the metal activities' store over deps.Store (nil without
@@ -88,5 +107,8 @@ func EnsureSchedules(ctx context.Context, c client.Client) error {
 	if err := lifecycle.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
 		return err
 	}
-	return instances.EnsureSchedule(ctx, c, ControlPlaneQueue)
+	if err := instances.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	return cloudresources.EnsureSchedule(ctx, c, ControlPlaneQueue)
 }

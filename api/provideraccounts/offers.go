@@ -92,27 +92,27 @@ func offers(ctx context.Context, d rpc.Deps, c *rpc.Call, in AccountInput) (Offe
 	p, err := d.Providers.Open(ctx, providers.Credential{Kind: a.Provider, Token: token, BaseURL: a.BaseURL})
 	token = ""
 	if err != nil {
-		return OffersAnswer{}, providerError(err)
+		return OffersAnswer{}, ProviderError(err)
 	}
 	regions, err := p.Regions(ctx)
 	if err != nil {
-		return OffersAnswer{}, providerError(err)
+		return OffersAnswer{}, ProviderError(err)
 	}
 	sizes, err := p.Sizes(ctx)
 	if err != nil {
-		return OffersAnswer{}, providerError(err)
+		return OffersAnswer{}, ProviderError(err)
 	}
 	images, err := p.Images(ctx)
 	if err != nil {
-		return OffersAnswer{}, providerError(err)
+		return OffersAnswer{}, ProviderError(err)
 	}
 	return MapOffers(a, regions, sizes, images, used), nil
 }
 
-// providerError is a provider's failure as the caller sees it:
+// ProviderError is a provider's failure as the caller sees it:
 // UNAVAILABLE, with details.retryAt (epoch ms) when it is a rate limit.
 // The cause is kept for the log only.
-func providerError(err error) error {
+func ProviderError(err error) error {
 	if ce := (*core.Error)(nil); errors.As(err, &ce) && ce.Code != "" && ce.Code != core.CodeInternal {
 		return err
 	}

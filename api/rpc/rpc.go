@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/core/cloudresources"
 	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/nodeca"
@@ -96,6 +97,18 @@ type Deps struct {
 	// Providers opens capacity providers' APIs for an account's credential
 	// (providerAccounts.offers); nil answers those calls UNAVAILABLE.
 	Providers providers.Factory
+	// CloudResources configures the cloud-resources module.
+	CloudResources CloudResourcesConfig
+}
+
+// CloudResourcesConfig is the cloud-resources module's configuration
+// (cloud-resources-api.md: maxPerKind, quotas, kindMeters) and the waits
+// its workflows are started with (0: 30 s and 5 min).
+type CloudResourcesConfig struct {
+	Quotas          cloudresources.Quotas
+	KindMeters      []string
+	ConvergingEvery time.Duration
+	SettledEvery    time.Duration
 }
 
 // MetalConfig tunes the metal domain's methods.

@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/deploy/postgres"
 	"github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/iam"
@@ -66,6 +67,9 @@ type Options struct {
 	// ProviderAddr is the fake DigitalOcean API's address ("-" for none),
 	// backing the provider pool (vps.go).
 	ProviderAddr string
+	// CloudResources tunes the cloud-resource reconciler (tests shorten
+	// its waits).
+	CloudResources workers.CloudResourcesTuning
 	// DemoImage is the instance image the stack registers for the demo
 	// (default bin/testimage/image.squashfs, which `make testimage` makes).
 	DemoImage string
@@ -254,7 +258,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return s, err
 		}
 		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store, Metrics: wm,
-			Providers: providerFactory, Secrets: secrets.NewVault(keys, api.DefaultRootTenant)})
+			Providers: providerFactory, Secrets: secrets.NewVault(keys, api.DefaultRootTenant), CloudResources: o.CloudResources})
 		if err = s.worker.Start(); err != nil {
 			return s, fmt.Errorf("worker: %w", err)
 		}
@@ -283,6 +287,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
 		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace, Metrics: metrics,
 		SecretsKeys: keys, Blobs: blobStore,
+		CloudResources: rpc.CloudResourcesConfig{ConvergingEvery: o.CloudResources.ConvergingEvery, SettledEvery: o.CloudResources.SettledEvery},
 	}); err != nil {
 		agentLn.Close()
 		return s, err

@@ -93,6 +93,8 @@ type Config struct {
 	// Providers opens capacity providers (providerAccounts.offers); nil:
 	// ProviderFactory's, limited in PostgreSQL.
 	Providers providers.Factory
+	// CloudResources configures the cloud-resources module (rpc.Deps).
+	CloudResources rpc.CloudResourcesConfig
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -222,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Projection: projection, IAMAdmin: adminHandler,
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
-		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs, Providers: cfg.Providers,
+		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs, Providers: cfg.Providers, CloudResources: cfg.CloudResources,
 	})
 	if err != nil {
 		return nil, err

@@ -452,3 +452,19 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Instance, err
 	}
 	return Load(ctx, tx, tenantID, id, false)
 }
+
+// MissingOnAccount answers the ids among ids that are not live instances
+// of the tenant on a pool of provider account accountID (another tenant's
+// and a missing one alike), sorted: what a cloud resource may name as
+// trusted instances.
+func MissingOnAccount(ctx context.Context, tx store.Tx, tenantID, accountID string, ids []string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT x.id FROM unnest($3::text[]) AS x(id)
+		WHERE NOT EXISTS (SELECT 1 FROM instances i JOIN pools p ON p.id = i.pool_id
+			WHERE i.id = x.id AND i.tenant_id = $1 AND p.provider_account_id = $2
+				AND i.state NOT IN ('draft', 'denied', 'deleting', 'deleted', 'failed'))
+		ORDER BY x.id`, tenantID, accountID, ids)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
