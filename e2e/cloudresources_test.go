@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/api"
 	crs "github.com/better-compute/better-compute/api/cloudresources"
 	"github.com/better-compute/better-compute/api/events"
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/drivers/providers/dofake"
@@ -118,25 +119,25 @@ func (c *cloudStack) get(tb testing.TB, tenant, id string) crs.Resource {
 	return r
 }
 
-// await waits until the resource is in state (and answers it).
+// await waits until the resource is in state ("gone": no longer
+// answered), and answers it.
 func (c *cloudStack) await(tb testing.TB, tenant, id, state string) crs.Resource {
 	tb.Helper()
-	var r crs.Resource
-	testutil.Eventually(tb, resourceWait, id+" "+state, func() bool {
-		var err error
-		r, err = crs.Get.Call(context.Background(), c.client(tenant), crs.ResourceInput{TenantID: tenant, ResourceID: id})
-		if core.AsError(err).Code == core.CodeNotFound && state == "gone" {
-			return true
-		}
-		if err != nil {
+	deadline := time.Now().Add(resourceWait)
+	for {
+		r, err := crs.Get.Call(context.Background(), c.client(tenant), crs.ResourceInput{TenantID: tenant, ResourceID: id})
+		switch {
+		case core.AsError(err).Code == core.CodeNotFound && state == "gone":
+			return r
+		case err != nil:
 			tb.Fatalf("get %s: %v", id, err)
+		case r.State == state:
+			return r
+		case time.Now().After(deadline):
+			tb.Fatalf("%s is still %s (desired %s, reason %q: %s; spec %s), not %s", id, r.State, r.Desired, r.Reason, r.Message, r.Spec, state)
 		}
-		return r.State == state
-	})
-	if tb.Failed() {
-		tb.Logf("last: %+v", r)
+		time.Sleep(100 * time.Millisecond)
 	}
-	return r
 }
 
 func mustCode(tb testing.TB, what string, err error, code core.Code, reason string) *core.Error {
@@ -193,7 +194,7 @@ func TestCloudResourcesOnTheDevStack(t *testing.T) {
 	user := c.create(t, crs.CreateInput{Kind: "do.database.pg.user", Name: "orders-app", ParentID: cluster.ID, Spec: json.RawMessage(`{"name":"app"}`)})
 	db := c.create(t, crs.CreateInput{Kind: "do.database.pg.database", Name: "orders-db", ParentID: cluster.ID, Spec: json.RawMessage(`{"name":"orders"}`)})
 	cluster = c.await(t, demoTenant, cluster.ID, "ready")
-	if cluster.ProviderID == "" || cluster.Outputs["host"] == "" || !strings.HasPrefix(cluster.SecretOutputs["password"], "secret://acme/"+cluster.ID+".") {
+	if cluster.ProviderID == "" || cluster.Outputs["host"] == "" || cluster.SecretOutputs["password"] != "secret://acme/"+activities.SecretName(cluster.ID, "password") {
 		t.Fatalf("a ready cluster = %+v", cluster)
 	}
 	user = c.await(t, demoTenant, user.ID, "ready")
@@ -342,7 +343,7 @@ func TestCloudResourcesOnTheDevStack(t *testing.T) {
 // cloud.resource.deleted event in the tenant's events.
 func deletedOrder(tb testing.TB, c *cloudStack, ids []string) map[string]int {
 	tb.Helper()
-	page, err := events.List.Call(context.Background(), c.demo, events.ListInput{TenantID: demoTenant, Limit: 500})
+	page, err := events.List.Call(context.Background(), c.demo, events.ListInput{TenantID: demoTenant, ListInput: rpc.ListInput{Limit: 500}})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -460,8 +460,9 @@ func (a *Resources) seal(ctx context.Context, tx store.Tx, t domain.Target, m *d
 }
 
 // SecretName is the secret a resource's secret output is sealed under:
-// the resource id and the output in kebab case (privateUri ->
-// crs_….private-uri).
+// crs_, the 24 characters of the id its provider-side name carries, and
+// the output in kebab case (privateUri -> crs_….private-uri), so the
+// name fits a secret's 64 characters.
 func SecretName(resourceID, output string) string {
 	var b strings.Builder
 	for i, r := range output {
@@ -473,7 +474,7 @@ func SecretName(resourceID, output string) string {
 		}
 		b.WriteRune(r)
 	}
-	return resourceID + "." + b.String()
+	return rules.IDPrefix + "_" + providers.NameBody(resourceID) + "." + b.String()
 }
 
 // secretsChanged compares the spec's resolved SecretRefs with what was
