@@ -3,6 +3,7 @@ package digitalocean_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -368,4 +369,56 @@ func TestSignals(t *testing.T) {
 	require.Equal(t, "res-new", got[0].ProviderID)
 	require.Equal(t, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMilli(), got[0].At)
 	require.Equal(t, digitalocean.KindCluster, got[1].Kind)
+}
+
+// A kind the manifest says cannot be released is one Unlabel refuses as
+// owned by its name, and the other way round.
+func TestReleasableMatchesTheDriver(t *testing.T) {
+	e := newEnv(t)
+	for _, m := range digitalocean.Kinds().All() {
+		if m.Parent != "" {
+			continue
+		}
+		err := e.res.Unlabel(context.Background(), cloudresources.Ref{Kind: m.Kind, ProviderID: "gone"}, owner)
+		require.Equal(t, !m.Releasable, errors.Is(err, cloudresources.ErrOwnedByName), "%s: %v", m.Kind, err)
+		if m.Releasable {
+			require.NoError(t, err, m.Kind)
+		}
+	}
+}
+
+// A create whose answer was lost is found by name and owner, once.
+func TestLostAppCreateIsFound(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	name := cloudresources.ResourceName(owner.ResourceID)
+	require.NoError(t, e.fake.Inject(dofake.Fault{Method: "POST", Path: "/v2/apps", Kind: dofake.FaultApplyThenDrop}))
+	_, err := e.res.Create(ctx, cloudresources.CreateRequest{Kind: digitalocean.KindApp, Name: name, Owner: owner, Spec: appSpecJSON(1),
+		Secrets: cloudresources.SecretValues{"secret://vault/db": "x"}})
+	require.ErrorIs(t, err, providers.ErrUnavailable)
+	found, err := e.res.Observe(ctx, cloudresources.ObserveRequest{Ref: cloudresources.Ref{Kind: digitalocean.KindApp}, Name: name, Owner: owner})
+	require.NoError(t, err)
+	require.NotEmpty(t, found.ProviderID)
+	require.Equal(t, 1, e.fake.Created(dofake.KindApps))
+}
+
+// discover pages through DigitalOcean's listings and stops at its limit.
+func TestListPages(t *testing.T) {
+	e := newEnvWith(t, dofake.Settings{PerMinute: 10000, PerHour: 100000})
+	ctx := context.Background()
+	const n = 205
+	for i := range n {
+		_, _, err := e.do.Apps.Create(ctx, &godo.AppCreateRequest{Spec: &godo.AppSpec{
+			Name: "app-" + itoa(i), Region: "nyc",
+			Services: []*godo.AppServiceSpec{{Name: "web", Image: &godo.ImageSourceSpec{RegistryType: godo.ImageSourceSpecRegistryType_DockerHub, Repository: "nginx"}}},
+		}})
+		require.NoError(t, err)
+	}
+	all, err := e.res.List(ctx, digitalocean.KindApp, 0)
+	require.NoError(t, err)
+	require.Len(t, all, n)
+	require.Equal(t, "app-204", all[n-1].Name)
+	some, err := e.res.List(ctx, digitalocean.KindApp, 201)
+	require.NoError(t, err)
+	require.Len(t, some, 201)
 }
