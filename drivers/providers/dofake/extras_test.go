@@ -124,3 +124,20 @@ func TestSignalsArePreview(t *testing.T) {
 		t.Fatalf("signals after clear = %v", list)
 	}
 }
+
+// DigitalOcean answers every namespace at once: godo's ListNamespaces
+// sends no page, so a paged answer would hide all but the first 20.
+func TestNamespacesAreNotPaged(t *testing.T) {
+	e := newEnv(t, dofake.Settings{})
+	ctx := context.Background()
+	const n = 25
+	for i := range n {
+		if _, _, err := e.do.Functions.CreateNamespace(ctx, &godo.FunctionsNamespaceCreateRequest{Label: "ns-" + strings.Repeat("x", i+1), Region: "nyc1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, _, err := e.do.Functions.ListNamespaces(ctx)
+	if err != nil || len(list) != n {
+		t.Fatalf("namespaces = %d, %v; want %d", len(list), err, n)
+	}
+}
