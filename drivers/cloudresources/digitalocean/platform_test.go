@@ -127,10 +127,12 @@ func TestAppLifecycle(t *testing.T) {
 	require.Contains(t, string(created.Spec), `"MODE"`)
 	requireValidSpecExceptSecrets(t, created)
 
-	// The app got the resolved secret and the ownership envs.
+	// The app got the resolved secret; DigitalOcean answers it encrypted.
+	kept := e.fake.AppSpec(created.ProviderID)
+	require.Equal(t, "hunter2-not-logged", kept["services"].([]any)[0].(map[string]any)["envs"].([]any)[0].(map[string]any)["value"])
 	a, _, err := e.do.Apps.Get(ctx, created.ProviderID)
 	require.NoError(t, err)
-	require.Equal(t, "hunter2-not-logged", a.Spec.Services[0].Envs[0].Value)
+	require.True(t, strings.HasPrefix(a.Spec.Services[0].Envs[0].Value, "EV["))
 
 	e.clock.Advance(deployDelay)
 	got, err := e.res.Observe(ctx, cloudresources.ObserveRequest{Ref: created.Ref})
@@ -186,7 +188,10 @@ func TestAppTakeOverAndRelease(t *testing.T) {
 	a, _, err := e.do.Apps.Create(ctx, &godo.AppCreateRequest{Spec: &godo.AppSpec{
 		Name: "shop", Region: "fra",
 		Services: []*godo.AppServiceSpec{{Name: "web", Image: &godo.ImageSourceSpec{RegistryType: godo.ImageSourceSpecRegistryType_DockerHub, Repository: "nginx"}}},
-		Envs:     []*godo.AppVariableDefinition{{Key: "MODE", Value: "prod"}},
+		Envs: []*godo.AppVariableDefinition{
+			{Key: "MODE", Value: "prod"},
+			{Key: "TOKEN", Value: "s3cret", Type: godo.AppVariableType_Secret},
+		},
 	}})
 	require.NoError(t, err)
 	ref := cloudresources.Ref{Kind: digitalocean.KindApp, ProviderID: a.ID}
@@ -201,14 +206,17 @@ func TestAppTakeOverAndRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, owner.Owns(labelled.Labels))
 	require.Equal(t, "shop", labelled.Name)
+	require.NotContains(t, string(labelled.Spec), "s3cret")
 	_, err = e.res.Label(ctx, ref, other)
 	require.ErrorIs(t, err, cloudresources.ErrManagedByAnother)
 
 	require.NoError(t, e.res.Unlabel(ctx, ref, owner))
 	got, _, err := e.do.Apps.Get(ctx, a.ID)
 	require.NoError(t, err)
-	require.Len(t, got.Spec.Envs, 1, "only the app's own env stays")
+	require.Len(t, got.Spec.Envs, 2, "only the app's own envs stay")
 	require.Equal(t, "MODE", got.Spec.Envs[0].Key)
+	// Sent back encrypted by the label and the unlabel, the secret is kept.
+	require.Equal(t, "s3cret", e.fake.AppSpec(a.ID)["envs"].([]any)[1].(map[string]any)["value"])
 	require.NoError(t, e.res.Unlabel(ctx, ref, owner), "idempotent")
 	deployments := e.fake.Requests("PUT /v2/apps/{id}")
 	require.Equal(t, 2, deployments, "a label and an unlabel, nothing for the second unlabel")
