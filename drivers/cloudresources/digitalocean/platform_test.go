@@ -430,3 +430,24 @@ func TestListPages(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, some, 201)
 }
+
+// Within the listing lag a lost create is not found by name: the caller
+// must wait the lag out before it creates again. Once listed, the
+// namespace is found with its key.
+func TestLostNamespaceCreateAfterTheLag(t *testing.T) {
+	const lag = time.Minute
+	e := newEnvWith(t, dofake.Settings{ListLag: lag})
+	ctx := context.Background()
+	name := cloudresources.ResourceName(owner.ResourceID)
+	require.NoError(t, e.fake.Inject(dofake.Fault{Method: "POST", Path: "/v2/functions/namespaces", Kind: dofake.FaultApplyThenStatus, Status: 500}))
+	_, err := e.res.Create(ctx, cloudresources.CreateRequest{Kind: digitalocean.KindNamespace, Name: name, Owner: owner, Spec: json.RawMessage(`{"region":"nyc1"}`)})
+	require.ErrorIs(t, err, providers.ErrUnavailable)
+	lookup := cloudresources.ObserveRequest{Ref: cloudresources.Ref{Kind: digitalocean.KindNamespace}, Name: name, Owner: owner}
+	_, err = e.res.Observe(ctx, lookup)
+	require.ErrorIs(t, err, providers.ErrNotFound)
+	e.clock.Advance(lag)
+	found, err := e.res.Observe(ctx, lookup)
+	require.NoError(t, err)
+	require.NotEmpty(t, found.Secrets["key"])
+	require.Equal(t, 1, e.fake.Created(dofake.KindFunctionsNamespaces))
+}
