@@ -451,3 +451,26 @@ func TestLostNamespaceCreateAfterTheLag(t *testing.T) {
 	require.NotEmpty(t, found.Secrets["key"])
 	require.Equal(t, 1, e.fake.Created(dofake.KindFunctionsNamespaces))
 }
+
+// A change behind the owner's back shows in the observed spec.
+func TestInferenceDrift(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	created, err := e.res.Create(ctx, cloudresources.CreateRequest{Kind: digitalocean.KindInference, Name: cloudresources.ResourceName(owner.ResourceID),
+		Owner: owner, Spec: inferenceSpec(1), Secrets: cloudresources.SecretValues{"secret://vault/hf": "t"}})
+	require.NoError(t, err)
+	require.Error(t, e.fake.Drift(dofake.DriftRule{Kind: dofake.KindDedicatedInferences, Field: "model_slug", Value: "x"}), "a field not modelled")
+	require.Error(t, e.fake.Drift(dofake.DriftRule{Kind: dofake.KindDedicatedInferences, Field: "scale", Value: "two"}), "a value of the wrong type")
+	require.NoError(t, e.fake.Drift(dofake.DriftRule{Kind: dofake.KindDedicatedInferences, ID: created.ProviderID, Field: "scale", Value: 4}))
+	require.NoError(t, e.fake.Drift(dofake.DriftRule{Kind: dofake.KindDedicatedInferences, ID: created.ProviderID, Field: "enable_public_endpoint", Value: false}))
+	got, err := e.res.Observe(ctx, cloudresources.ObserveRequest{Ref: created.Ref})
+	require.NoError(t, err)
+	var spec map[string]any
+	require.NoError(t, json.Unmarshal(got.Spec, &spec))
+	require.EqualValues(t, 4, spec["replicas"])
+	require.NotContains(t, spec, "enable_public_endpoint")
+	require.Empty(t, got.Outputs["publicEndpointFqdn"])
+	listed, err := e.res.List(ctx, digitalocean.KindInference, 0)
+	require.NoError(t, err)
+	require.Equal(t, got.Spec, listed[0].Spec)
+}
