@@ -4,8 +4,9 @@
 // and serves until interrupted; its knobs switch at run time through
 // /_fake/ (docs/fake-digitalocean.md).
 //
-// The accepted tokens come from $DO_FAKE_TOKENS (comma-separated) and are
-// never printed.
+// The accepted tokens come from $DO_FAKE_TOKENS (comma-separated), those
+// whose account has previews (the signals API) from $DO_FAKE_PREVIEW_TOKENS;
+// neither is ever printed.
 package main
 
 import (
@@ -41,13 +42,9 @@ func run() error {
 	quiet := flag.Bool("quiet", false, "do not log each request")
 	flag.Parse()
 
-	var tokens []string
-	for _, t := range strings.Split(os.Getenv("DO_FAKE_TOKENS"), ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			tokens = append(tokens, t)
-		}
-	}
-	if len(tokens) == 0 {
+	tokens := tokenList(os.Getenv("DO_FAKE_TOKENS"))
+	previews := tokenList(os.Getenv("DO_FAKE_PREVIEW_TOKENS"))
+	if len(tokens)+len(previews) == 0 {
 		return errors.New("set DO_FAKE_TOKENS to the bearer tokens to accept (comma-separated)")
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -55,8 +52,9 @@ func run() error {
 		logger = nil
 	}
 	s, err := dofake.Start(*listen, dofake.Config{
-		Tokens: tokens,
-		Logger: logger,
+		Tokens:        tokens,
+		PreviewTokens: previews,
+		Logger:        logger,
 		Settings: dofake.Settings{
 			BootDelay: *bootDelay, ActionDelay: *actionDelay, ListLag: *listLag,
 			PerMinute: *perMinute, PerHour: *perHour,
@@ -75,4 +73,14 @@ func run() error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.Close(shutdown)
+}
+
+func tokenList(s string) []string {
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -53,11 +53,19 @@ func ManagedBy(labels []string) (resourceID string, managed bool) {
 }
 
 // CheckTakeover answers ErrManagedByAnother when labels carry the
-// ownership of a resource other than owner's.
+// ownership of a resource other than owner's: managed without owner's
+// resource label, or with any other resource label (two deployments that
+// labelled it at once).
 func CheckTakeover(labels []string, owner Owner) error {
+	mine := providers.TagValue(owner.ResourceID)
 	id, managed := ManagedBy(labels)
-	if managed && id != providers.TagValue(owner.ResourceID) {
-		return fmt.Errorf("cloudresources: it carries the labels of resource %q: %w", id, ErrManagedByAnother)
+	if managed && id == "" {
+		return fmt.Errorf("cloudresources: it is managed without a resource label: %w", ErrManagedByAnother)
+	}
+	for _, l := range labels {
+		if v, ok := strings.CutPrefix(l, LabelResource+":"); ok && managed && v != mine {
+			return fmt.Errorf("cloudresources: it carries the labels of resource %q: %w", v, ErrManagedByAnother)
+		}
 	}
 	return nil
 }

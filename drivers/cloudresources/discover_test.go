@@ -26,6 +26,7 @@ func TestManagedBy(t *testing.T) {
 		{name: "another resource", labels: Owner{ResourceID: "cres_01jother", TenantID: "ten_a"}.Tags(), id: "cres_01jother", managed: true, another: true},
 		{name: "managed without a resource id", labels: []string{LabelManaged}, managed: true, another: true},
 		{name: "a resource tag without managed", labels: []string{LabelResource + ":cres_x"}, id: "cres_x"},
+		{name: "labelled by two at once", labels: append(mine.Tags(), LabelResource+":cres_01jother"), id: "cres_01jmine", managed: true, another: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -66,7 +66,7 @@ func TestKindShapes(t *testing.T) {
 		{kind: "do.database.pg.replica", family: "data", parent: "do.database.pg", regional: true, releasable: true, secrets: []string{"password", "uri", "privateUri"}},
 		{kind: "do.app", family: "platform", regional: true, releasable: true},
 		{kind: "do.functions.namespace", family: "platform", regional: true, secrets: []string{"key"}},
-		{kind: "do.inference.dedicated", family: "ai", regional: true, preview: true, releasable: true, books: true, secrets: []string{"token"}},
+		{kind: "do.inference.dedicated", family: "ai", regional: true, preview: true, releasable: false, books: true, secrets: []string{"token"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind, func(t *testing.T) {

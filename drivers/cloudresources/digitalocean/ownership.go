@@ -126,8 +126,15 @@ func (r *Resources) Label(ctx context.Context, ref cloudresources.Ref, owner clo
 			}
 		}
 		o, err = r.getCluster(ctx, ref.ProviderID)
+		if err != nil {
+			return cloudresources.Observed{}, err
+		}
+		// Another deployment may have tagged it between the read and ours.
+		if err := cloudresources.CheckTakeover(o.Labels, owner); err != nil {
+			return cloudresources.Observed{}, fmt.Errorf("digitalocean: database cluster %s: %w", ref.ProviderID, err)
+		}
 		o.Secrets = nil
-		return o, err
+		return o, nil
 	case KindApp:
 		a, err := r.getApp(ctx, ref.ProviderID)
 		if err != nil {

@@ -217,6 +217,9 @@ func (r *Resources) updateApp(ctx context.Context, req cloudresources.UpdateRequ
 // relabelApp writes the app's spec back with owner's ownership envs (nil:
 // none), which deploys it again.
 func (r *Resources) relabelApp(ctx context.Context, a *godo.App, owner *cloudresources.Owner) (*godo.App, error) {
+	if a.Spec == nil {
+		return nil, refused("app %s answered no spec", a.ID)
+	}
 	spec := *a.Spec
 	spec.Envs = withOwnership(spec.Envs, owner)
 	updated, _, err := r.client.Apps.Update(ctx, a.ID, &godo.AppUpdateRequest{Spec: &spec})

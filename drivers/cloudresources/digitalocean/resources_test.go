@@ -38,8 +38,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, dofake.Settings{DatabaseDelay: dbDelay})
+}
+
+func newEnvWith(t *testing.T, settings dofake.Settings) *env {
+	t.Helper()
 	clock := dofake.NewManualClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	fake := dofake.New(dofake.Config{Settings: dofake.Settings{DatabaseDelay: dbDelay}, Tokens: []string{token}, Now: clock.Now})
+	fake := dofake.New(dofake.Config{Settings: settings, Tokens: []string{token}, Now: clock.Now})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	cred := providers.Credential{Kind: doprovider.Kind, Token: token, BaseURL: srv.URL}

@@ -110,9 +110,9 @@ type wireDeployment struct {
 	TierSlug           string         `json:"tier_slug"`
 }
 
-func (d *deployment) wire() *wireDeployment {
+func (d *deployment) wire(appID string) *wireDeployment {
 	return &wireDeployment{
-		ID: d.id, Spec: d.spec, Phase: d.phase, PhaseLastUpdatedAt: stamp(d.updated),
+		ID: d.id, Spec: answeredSpec(appID, d.spec), Phase: d.phase, PhaseLastUpdatedAt: stamp(d.updated),
 		CreatedAt: stamp(d.created), UpdatedAt: stamp(d.updated), Cause: "app spec updated", TierSlug: "basic",
 	}
 }
@@ -141,7 +141,7 @@ const ownerUUID = "3c9d2b1a-0e8f-4a7b-9c6d-5e4f3a2b1c0d"
 
 func (a *app) wire() wireApp {
 	w := wireApp{
-		ID: a.id, OwnerUUID: ownerUUID, Spec: a.spec, CreatedAt: stamp(a.created), UpdatedAt: stamp(a.updated),
+		ID: a.id, OwnerUUID: ownerUUID, Spec: answeredSpec(a.id, a.spec), CreatedAt: stamp(a.created), UpdatedAt: stamp(a.updated),
 		TierSlug: "basic", ProjectID: a.projectID,
 	}
 	if n := len(a.deployments); n > 0 {
@@ -154,13 +154,13 @@ func (a *app) wire() wireApp {
 		}
 	}
 	if d := a.deployment(PhaseActive); d != nil {
-		w.ActiveDeployment = d.wire()
+		w.ActiveDeployment = d.wire(a.id)
 		domain := fmt.Sprintf("%s-%s.app.dofake.invalid", a.name(), a.id[:5])
 		w.LiveDomain, w.LiveURL, w.LiveURLBase, w.DefaultIngress = domain, "https://"+domain, "https://"+domain, "https://"+domain
 		w.LastDeploymentActiveAt = stamp(a.lastActiveAt)
 	}
 	if d := a.deployment(PhaseBuilding); d != nil {
-		w.InProgressDeployment = d.wire()
+		w.InProgressDeployment = d.wire(a.id)
 	}
 	return w
 }
@@ -251,6 +251,9 @@ func (f *Fake) createApp(r *http.Request, now time.Time) (int, any) {
 	if msg := st.checkAppSpec(req.Spec, nil); msg != "" {
 		return fail(http.StatusUnprocessableEntity, "%s", msg)
 	}
+	if !decryptSecrets(nil, req.Spec) {
+		return fail(http.StatusUnprocessableEntity, "an encrypted env value is not one of this app's.")
+	}
 	id, seq := st.newID(KindApps)
 	a := &app{id: id, spec: req.Spec, projectID: req.ProjectID, created: now, updated: now, listedAt: now.Add(st.settings.ListLag), seq: seq}
 	if a.projectID == "" {
@@ -301,6 +304,9 @@ func (f *Fake) updateApp(r *http.Request, now time.Time) (int, any) {
 	if msg := st.checkAppSpec(req.Spec, a); msg != "" {
 		return fail(http.StatusUnprocessableEntity, "%s", msg)
 	}
+	if !decryptSecrets(a, req.Spec) {
+		return fail(http.StatusUnprocessableEntity, "an encrypted env value is not one of this app's.")
+	}
 	a.spec, a.updated = req.Spec, now
 	st.startDeployment(a, now)
 	return http.StatusOK, map[string]any{"app": a.wire()}
@@ -322,7 +328,7 @@ func (f *Fake) listDeployments(r *http.Request, _ time.Time) (int, any) {
 	}
 	out := []*wireDeployment{}
 	for _, d := range slices.Backward(a.deployments) {
-		out = append(out, d.wire())
+		out = append(out, d.wire(a.id))
 	}
 	return paged(r, "deployments", out)
 }
@@ -334,7 +340,7 @@ func (f *Fake) getDeployment(r *http.Request, _ time.Time) (int, any) {
 	}
 	for _, d := range a.deployments {
 		if d.id == r.PathValue("deployment") {
-			return http.StatusOK, map[string]any{"deployment": d.wire()}
+			return http.StatusOK, map[string]any{"deployment": d.wire(a.id)}
 		}
 	}
 	return notFoundAnswer()

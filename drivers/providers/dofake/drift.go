@@ -14,7 +14,8 @@ import (
 //
 // Fields: KindDatabases "size", "num_nodes", "version", "tags",
 // "storage_size_mib"; KindApps "spec.<key>" (a top-level key of the app's
-// spec); KindFunctionsNamespaces "label".
+// spec); KindFunctionsNamespaces "label"; KindDedicatedInferences
+// "enable_public_endpoint" and "scale" (its first accelerator's).
 type DriftRule struct {
 	Kind  string `json:"kind"`
 	ID    string `json:"id,omitempty"`
@@ -53,6 +54,8 @@ func (rule DriftRule) normalized() (DriftRule, error) {
 		empty = &app{spec: map[string]any{}}
 	case KindFunctionsNamespaces:
 		empty = &namespace{}
+	case KindDedicatedInferences:
+		empty = &inference{}
 	default:
 		return rule, fmt.Errorf("dofake: drift of kind %q is not modelled", rule.Kind)
 	}
@@ -115,6 +118,21 @@ func rewrite(target any, field string, raw []byte) error {
 	case *namespace:
 		if field == "label" {
 			dst = &t.label
+		}
+	case *inference:
+		switch field {
+		case "enable_public_endpoint":
+			dst = &t.spec.EnablePublicEndpoint
+		case "scale":
+			var scale uint64
+			if err := json.Unmarshal(raw, &scale); err != nil {
+				return fmt.Errorf("dofake: drift of %s: %w", field, err)
+			}
+			// An endpoint without a model has nothing to rescale.
+			if len(t.spec.ModelDeployments) > 0 && len(t.spec.ModelDeployments[0].Accelerators) > 0 {
+				t.spec.ModelDeployments[0].Accelerators[0].Scale = scale
+			}
+			return nil
 		}
 	}
 	if dst == nil {

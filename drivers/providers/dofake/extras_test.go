@@ -124,3 +124,50 @@ func TestSignalsArePreview(t *testing.T) {
 		t.Fatalf("signals after clear = %v", list)
 	}
 }
+
+// DigitalOcean answers every namespace at once: godo's ListNamespaces
+// sends no page, so a paged answer would hide all but the first 20.
+func TestNamespacesAreNotPaged(t *testing.T) {
+	e := newEnv(t, dofake.Settings{})
+	ctx := context.Background()
+	const n = 25
+	for i := range n {
+		if _, _, err := e.do.Functions.CreateNamespace(ctx, &godo.FunctionsNamespaceCreateRequest{Label: "ns-" + strings.Repeat("x", i+1), Region: "nyc1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, _, err := e.do.Functions.ListNamespaces(ctx)
+	if err != nil || len(list) != n {
+		t.Fatalf("namespaces = %d, %v; want %d", len(list), err, n)
+	}
+}
+
+func TestAppSecretsAreAnsweredEncrypted(t *testing.T) {
+	e := newEnv(t, dofake.Settings{})
+	ctx := context.Background()
+	spec := appSpec("vault", 1)
+	spec.Envs = []*godo.AppVariableDefinition{{Key: "TOKEN", Value: "plain-token", Type: godo.AppVariableType_Secret}}
+	a, _, err := e.do.Apps.Create(ctx, &godo.AppCreateRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := a.Spec.Envs[0].Value
+	if !strings.HasPrefix(enc, "EV[") || strings.Contains(enc, "plain-token") {
+		t.Fatalf("a secret env is answered as %q", enc)
+	}
+	// Sent back encrypted, it keeps its value; an encrypted value of
+	// nothing known is refused.
+	if _, _, err := e.do.Apps.Update(ctx, a.ID, &godo.AppUpdateRequest{Spec: a.Spec}); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.fake.AppSpec(a.ID)["envs"].([]any)[0].(map[string]any)["value"]; v != "plain-token" {
+		t.Fatalf("kept value = %v", v)
+	}
+	a.Spec.Envs[0].Value = "EV[1:made-up]"
+	if _, _, err := e.do.Apps.Update(ctx, a.ID, &godo.AppUpdateRequest{Spec: a.Spec}); statusOf(err) != http.StatusUnprocessableEntity {
+		t.Fatalf("an unknown encrypted value: %v, want 422", err)
+	}
+	if e.fake.AppSpec("nope") != nil {
+		t.Fatal("an app that does not exist has a spec")
+	}
+}

@@ -235,6 +235,7 @@ func (f *Fake) listInferences(r *http.Request, now time.Time) (int, any) {
 	}
 	out := []listItem{}
 	for _, in := range listed {
+		f.st.drifted(KindDedicatedInferences, in.id, in)
 		w := in.wire()
 		item := listItem{ID: w.ID, Name: w.Name, Region: w.Region, Status: w.Status, VPCUUID: w.VPCUUID, Endpoints: w.Endpoints, CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt}
 		for _, m := range in.spec.ModelDeployments {
@@ -252,6 +253,7 @@ func (f *Fake) getInference(r *http.Request, _ time.Time) (int, any) {
 	if in == nil {
 		return notFoundAnswer()
 	}
+	f.st.drifted(KindDedicatedInferences, in.id, in)
 	return http.StatusOK, map[string]any{"dedicated_inference": in.wire()}
 }
 
