@@ -262,14 +262,24 @@ func TestCloudResourcesOnTheDevStack(t *testing.T) {
 	}
 	c.fake.ClearDrift()
 
-	// A 429 storm on every read: the reconciler slows, nothing is lost.
-	if err := c.fake.Inject(dofake.Fault{Method: "GET", Path: "/v2/databases/*", Kind: dofake.FaultStatus, Status: 429, Count: 6}); err != nil {
-		t.Fatal(err)
+	// A 429 storm on the creates and reads of a database: the reconciler
+	// slows down, and nothing is lost or made twice.
+	dbsBefore := c.fake.Created(dofake.KindDatabaseDBs)
+	for _, f := range []dofake.Fault{
+		{Method: "POST", Path: "/v2/databases/*/dbs", Kind: dofake.FaultStatus, Status: 429, Count: 3},
+		{Method: "GET", Path: "/v2/databases/*/dbs/*", Kind: dofake.FaultStatus, Status: 429, Count: 3},
+	} {
+		if err := c.fake.Inject(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	stormy := c.create(t, crs.CreateInput{Kind: "do.database.pg.database", Name: "stormy", ParentID: lost.ID, Spec: json.RawMessage(`{"name":"stormy"}`)})
 	c.await(t, demoTenant, stormy.ID, "ready")
 	if left := c.fake.Faults(); len(left) != 0 {
 		t.Fatalf("the storm was not spent: %+v", left)
+	}
+	if n := c.fake.Created(dofake.KindDatabaseDBs) - dbsBefore; n != 1 {
+		t.Fatalf("the storm made %d databases, want 1", n)
 	}
 
 	// Discover, adopt, manage and release on the platform's own account.

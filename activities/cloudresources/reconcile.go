@@ -349,7 +349,13 @@ func (a *Resources) presentStep(ctx context.Context, rd round) error {
 				"the provider rewrote spec.%s after each of %d in-place fixes: it is no longer fixed until the spec changes", drifted[0], n-1))
 		}
 	}
-	updated, err := rd.res.Update(ctx, drivers.UpdateRequest{Ref: ref, Owner: rd.owner, Old: obs.Spec, New: t.Spec, Secrets: rd.secrets})
+	// The provider is asked to change only what drifted: the observed spec
+	// with the wanted values of those updatable fields.
+	want, err := overlay(obs.Spec, t.Spec, drifted)
+	if err != nil {
+		return err
+	}
+	updated, err := rd.res.Update(ctx, drivers.UpdateRequest{Ref: ref, Owner: rd.owner, Old: obs.Spec, New: want, Secrets: rd.secrets})
 	if err != nil {
 		return err
 	}
@@ -528,6 +534,23 @@ func driftedFields(m *drivers.Manifest, want, got json.RawMessage) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// overlay is base with fields taken from top.
+func overlay(base, top json.RawMessage, fields []string) (json.RawMessage, error) {
+	var b, t map[string]json.RawMessage
+	if err := json.Unmarshal(base, &b); err != nil || b == nil {
+		b = map[string]json.RawMessage{}
+	}
+	if err := json.Unmarshal(top, &t); err != nil {
+		return nil, fmt.Errorf("cloud resources: the spec: %w", err)
+	}
+	for _, f := range fields {
+		if v, ok := t[f]; ok {
+			b[f] = v
+		}
+	}
+	return json.Marshal(b)
 }
 
 func sameJSON(a, b json.RawMessage) bool {

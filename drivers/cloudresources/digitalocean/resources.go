@@ -376,9 +376,13 @@ func (r *Resources) updateCluster(ctx context.Context, req cloudresources.Update
 		return cloudresources.Observed{}, refused("only size, num_nodes and storage_size_mib change in place yet")
 	}
 	if old.Size != spec.Size || old.NumNodes != spec.NumNodes || old.StorageSizeMib != spec.StorageSizeMib {
-		_, err := r.client.Databases.Resize(ctx, req.ProviderID, &godo.DatabaseResizeRequest{
-			SizeSlug: spec.Size, NumNodes: max(spec.NumNodes, 1), StorageSizeMib: spec.StorageSizeMib,
-		})
+		resize := &godo.DatabaseResizeRequest{SizeSlug: spec.Size, NumNodes: max(spec.NumNodes, 1)}
+		// Storage is sent only when it changes: a larger size brings its
+		// own minimum, which the old amount may be under.
+		if old.StorageSizeMib != spec.StorageSizeMib {
+			resize.StorageSizeMib = spec.StorageSizeMib
+		}
+		_, err := r.client.Databases.Resize(ctx, req.ProviderID, resize)
 		if err != nil {
 			return cloudresources.Observed{}, doprovider.MapError("resizing database cluster "+req.ProviderID, err)
 		}
