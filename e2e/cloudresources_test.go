@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
+	rules "github.com/better-compute/better-compute/core/cloudresources"
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/drivers/providers/dofake"
 	"github.com/better-compute/better-compute/internal/freeport"
@@ -44,7 +45,7 @@ type cloudStack struct {
 	log         *lockedBuffer
 }
 
-func startCloudStack(tb testing.TB) *cloudStack {
+func startCloudStack(tb testing.TB, quotas ...rules.Quotas) *cloudStack {
 	tb.Helper()
 	if testing.Short() {
 		tb.Skip("starts PostgreSQL and Temporal")
@@ -62,12 +63,16 @@ func startCloudStack(tb testing.TB) *cloudStack {
 		tb.Fatal(err)
 	}
 	log := &lockedBuffer{}
-	s, err := devstack.Start(context.Background(), devstack.Options{Dir: dir, APIAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0",
+	opts := devstack.Options{Dir: dir, APIAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0",
 		PostgresPort: ports[0], TemporalAddr: "127.0.0.1:0", UIAddr: "-", Agents: -1,
 		ProviderAddr: "127.0.0.1:" + strconv.Itoa(ports[1]), DemoImage: dir + "/none",
 		CloudResources: workers.CloudResourcesTuning{ConvergingEvery: 300 * time.Millisecond, SettledEvery: 2 * time.Second,
 			Tuning: activities.Tuning{LostCreateWait: 3 * time.Second, DriftLimit: 2}},
-		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	if len(quotas) > 0 {
+		opts.CloudResourceQuotas = quotas[0]
+	}
+	s, err := devstack.Start(context.Background(), opts)
 	if err != nil {
 		tb.Fatalf("devstack: %v", err)
 	}

@@ -85,12 +85,12 @@ type round struct {
 	secrets drivers.SecretValues
 }
 
-// Reconcile moves one resource one step toward what its tenant wants:
+// ReconcileResource moves one resource one step toward what its tenant wants:
 // deletes (children first), releases, takes over, creates, updates in
 // place, observes; then records what the provider answered. A 429, a 5xx
 // or a timeout fails the activity, which Temporal retries with backoff
 // (a 429 after its Retry-After): nothing is lost, the resource waits.
-func (a *Resources) Reconcile(ctx context.Context, id string) (Progress, error) {
+func (a *Resources) ReconcileResource(ctx context.Context, id string) (Progress, error) {
 	rd, done, err := a.begin(ctx, id)
 	if err != nil || done != nil {
 		if done != nil {

@@ -16,10 +16,10 @@ const reconcilePage = 500
 // own start before the reconciler makes it.
 const reconcileGrace = 2 * time.Second
 
-// ReconcileAll starts the workflow of every live resource (a running one
+// ReconcileResources starts the workflow of every live resource (a running one
 // is kept, a closed one started anew, an unrecorded start recorded), then
 // sweeps drafts older than an hour. It answers how many rows it started.
-func (a *Resources) ReconcileAll(ctx context.Context) (int, error) {
+func (a *Resources) ReconcileResources(ctx context.Context) (int, error) {
 	started, after := 0, ""
 	for {
 		var page []domain.Owed

@@ -61,7 +61,8 @@ type CreateInput struct {
 	IdempotencyKey string          `json:"idempotencyKey" jsonschema:"required" id:"tenant"`
 }
 
-// ListInput is cloudResources.list's input: oldest first.
+// ListInput is cloudResources.list's input: oldest first, at most
+// maxListed (the spec's input and cap: it does not page).
 type ListInput struct {
 	TenantID       string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	PoolID         string `json:"poolId,omitempty" id:"pool"`
@@ -69,13 +70,16 @@ type ListInput struct {
 	Kind           string `json:"kind,omitempty" jsonschema:"maxLength=64,pattern=^[a-z0-9]+(?:[.-][a-z0-9]+)*$"`
 	Family         string `json:"family,omitempty" jsonschema:"enum=storage,enum=network,enum=edge,enum=data,enum=platform,enum=ai,enum=observability"`
 	IncludeDeleted bool   `json:"includeDeleted,omitempty"`
-	rpc.ListInput
 }
 
-// ResourceList is cloudResources.list's answer.
+// maxListed is the most resources a list answers.
+const maxListed = 500
+
+// ResourceList is cloudResources.list's answer; Truncated says the cap
+// cut it.
 type ResourceList struct {
-	Items      []Resource `json:"items"`
-	NextCursor string     `json:"nextCursor,omitempty"`
+	Items     []Resource `json:"items"`
+	Truncated bool       `json:"truncated"`
 }
 
 // ResourceInput names one resource.
@@ -147,15 +151,12 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 		&rpc.Method[ListInput, ResourceList]{Name: List, Action: read, DecidedOn: "compute-tenant + items",
 			Phase: "v1.0", Kind: core.KindRead,
 			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (rpc.Page, error) {
-				q, err := in.Page()
-				if err != nil {
-					return rpc.Page{}, err
-				}
+				q := store.PageQuery{Limit: maxListed}
 				f := domain.Filter{PoolID: in.PoolID, ProjectID: in.ProjectID, Kind: in.Kind, Family: in.Family, IncludeEnded: in.IncludeDeleted}
 				items, err := domain.List(ctx, tx, m.types().Resource, c.TenantID, f, q)
 				return rpc.PageOf(items, q, func(r Resource) store.Key { return store.Key{At: r.CreatedAt, ID: r.ID} },
 					func(r Resource) iam.Resource { return d.Resource(domain.ResourceType, r.ID) },
-					func(kept []Resource, next string) any { return ResourceList{Items: kept, NextCursor: next} }), err
+					func(kept []Resource, next string) any { return ResourceList{Items: kept, Truncated: next != ""} }), err
 			}},
 		&rpc.Method[ResourceInput, Resource]{Name: Get, Action: read, DecidedOn: "compute-cloud-resource",
 			Phase: "v1.0", Kind: core.KindRead,

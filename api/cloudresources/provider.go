@@ -316,7 +316,12 @@ func (m methods) signalsOf(ctx context.Context, c *rpc.Call, in SignalsInput) (S
 		return SignalsAnswer{}, err
 	}
 	src, ok := o.res.(drivers.Signals)
-	if !ok {
+	switch {
+	case ok && !o.acct.Previews:
+		// DigitalOcean's signals are a preview of its API.
+		return SignalsAnswer{}, core.Errorf(core.CodeUnsupported, "the provider holds its signals behind previews; the account has none").
+			WithDetails(map[string]any{"reason": "preview"})
+	case !ok:
 		return SignalsAnswer{}, core.Errorf(core.CodeUnsupported, "provider %s raises no signals", o.acct.Provider).
 			WithDetails(map[string]any{"reason": "noSignals"})
 	}

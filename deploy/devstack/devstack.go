@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/core/cloudresources"
 	"github.com/better-compute/better-compute/deploy/postgres"
 	"github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/iam"
@@ -70,6 +71,9 @@ type Options struct {
 	// CloudResources tunes the cloud-resource reconciler (tests shorten
 	// its waits).
 	CloudResources workers.CloudResourcesTuning
+	// CloudResourceQuotas are the module's per-tenant caps of each kind
+	// (default: 20 of every kind).
+	CloudResourceQuotas cloudresources.Quotas
 	// DemoImage is the instance image the stack registers for the demo
 	// (default bin/testimage/image.squashfs, which `make testimage` makes).
 	DemoImage string
@@ -287,7 +291,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
 		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace, Metrics: metrics,
 		SecretsKeys: keys, Blobs: blobStore,
-		CloudResources: rpc.CloudResourcesConfig{ConvergingEvery: o.CloudResources.ConvergingEvery, SettledEvery: o.CloudResources.SettledEvery},
+		CloudResources: rpc.CloudResourcesConfig{Quotas: o.CloudResourceQuotas,
+			ConvergingEvery: o.CloudResources.ConvergingEvery, SettledEvery: o.CloudResources.SettledEvery},
 	}); err != nil {
 		agentLn.Close()
 		return s, err

@@ -59,7 +59,9 @@ func (s *Stack) startProvider() error {
 	if s.opts.ProviderAddr == "-" {
 		return nil
 	}
-	srv, err := dofake.Start(s.opts.ProviderAddr, dofake.Config{Tokens: []string{providerToken},
+	// The token may use the fake's previews; the account's own previews
+	// flag decides whether better-compute does.
+	srv, err := dofake.Start(s.opts.ProviderAddr, dofake.Config{Tokens: []string{providerToken}, PreviewTokens: []string{providerToken},
 		Settings: dofake.Settings{BootDelay: 3 * time.Second, ActionDelay: 2 * time.Second},
 		Logger:   s.opts.Logger.With("component", "do-fake")})
 	if err != nil {

@@ -13,6 +13,6 @@ import (
 func Register(r worker.Registry, a *activities.Resources) {
 	r.RegisterWorkflowWithOptions(ResourceWorkflow, workflow.RegisterOptions{Name: activities.ResourceWorkflowName})
 	r.RegisterWorkflowWithOptions(ReconcileResourcesWorkflow, workflow.RegisterOptions{Name: activities.ReconcileWorkflowName})
-	r.RegisterActivityWithOptions(a.Reconcile, activity.RegisterOptions{Name: activities.ActivityReconcile})
-	r.RegisterActivityWithOptions(a.ReconcileAll, activity.RegisterOptions{Name: activities.ActivityReconcileAll})
+	r.RegisterActivityWithOptions(a.ReconcileResource, activity.RegisterOptions{Name: activities.ActivityReconcile})
+	r.RegisterActivityWithOptions(a.ReconcileResources, activity.RegisterOptions{Name: activities.ActivityReconcileAll})
 }

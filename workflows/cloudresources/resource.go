@@ -54,7 +54,7 @@ func ResourceWorkflow(ctx workflow.Context, p activities.ResourceParams) error {
 	changed := workflow.GetSignalChannel(ctx, activities.SignalChanged)
 	for round := 0; ; round++ {
 		var pr activities.Progress
-		if err := workflow.ExecuteActivity(ctx, a.Reconcile, p.ResourceID).Get(ctx, &pr); err != nil {
+		if err := workflow.ExecuteActivity(ctx, a.ReconcileResource, p.ResourceID).Get(ctx, &pr); err != nil {
 			return err
 		}
 		if pr.State != st.State {
@@ -95,7 +95,7 @@ func ReconcileResourcesWorkflow(ctx workflow.Context) (int, error) {
 	})
 	var a *activities.Resources
 	var started int
-	err := workflow.ExecuteActivity(ctx, a.ReconcileAll).Get(ctx, &started)
+	err := workflow.ExecuteActivity(ctx, a.ReconcileResources).Get(ctx, &started)
 	return started, err
 }
 

@@ -1,0 +1,268 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/godo"
+	"github.com/jackc/pgx/v5"
+
+	crs "github.com/better-compute/better-compute/api/cloudresources"
+	"github.com/better-compute/better-compute/api/pools"
+	pa "github.com/better-compute/better-compute/api/provideraccounts"
+	"github.com/better-compute/better-compute/core"
+	rules "github.com/better-compute/better-compute/core/cloudresources"
+	drivers "github.com/better-compute/better-compute/drivers/cloudresources"
+)
+
+// TestCloudResourceRules checks each rule of cloud-resources-api.md that
+// names a code (and details.reason) against the dev stack and the fake
+// DigitalOcean: acme on the platform's pool offered to it (a shared
+// account), the root tenant on its own account.
+func TestCloudResourceRules(t *testing.T) {
+	c := startCloudStack(t, rules.Quotas{PerKind: map[string]int{"do.functions.namespace": 1}})
+	ctx := context.Background()
+	acctID := c.s.VPS().AccountID
+	call := func(tenant string, in crs.CreateInput) (crs.Resource, error) {
+		in.TenantID = tenant
+		if in.PoolID == "" {
+			in.PoolID = c.pool
+		}
+		if in.IdempotencyKey == "" {
+			in.IdempotencyKey = fmt.Sprintf("rules-%s-%d", in.Name, time.Now().UnixNano())
+		}
+		return crs.Create.Call(ctx, c.client(tenant), in)
+	}
+	pg := func(name string, spec string) crs.CreateInput {
+		return crs.CreateInput{Kind: "do.database.pg", Name: name, Spec: json.RawMessage(spec)}
+	}
+	const okSpec = `{"region":"nyc3","size":"db-s-1vcpu-1gb"}`
+
+	// create's refusals before anything is written.
+	_, err := call(demoTenant, crs.CreateInput{PoolID: core.NewID("pool"), Kind: "do.database.pg", Name: "x", Spec: json.RawMessage(okSpec)})
+	mustCode(t, "an unknown pool", err, core.CodeNotFound, "")
+	_, err = call(demoTenant, crs.CreateInput{Kind: "do.spaces.bucket", Name: "x", Spec: json.RawMessage(`{}`)})
+	mustCode(t, "a kind not served", err, core.CodeUnsupported, "kind")
+	inference := crs.CreateInput{Kind: "do.inference.dedicated", Name: "llm", Spec: json.RawMessage(
+		`{"region":"nyc3","model_slug":"llama","model_provider":"hugging_face","accelerator_slug":"gpu-h100x8-640gb","replicas":1}`)}
+	_, err = call(demoTenant, inference)
+	mustCode(t, "a preview without previews", err, core.CodeUnsupported, "preview")
+	_, err = call(demoTenant, pg("x", `{"region":"nyc3"}`))
+	if ce := mustCode(t, "a spec without size", err, core.CodeInvalidInput, ""); ce.Details["field"] != "spec.size" {
+		t.Fatalf("the field = %v", ce.Details)
+	}
+	_, err = call(demoTenant, pg("x", `{"region":"sfo3","size":"db-s-1vcpu-1gb"}`))
+	mustCode(t, "a region the account does not configure", err, core.CodeInvalidInput, "region")
+	vpcSpec := `{"region":"nyc3","size":"db-s-1vcpu-1gb","private_network_uuid":"0b9b5f3c-3a3c-4b7e-9c44-5e0f1b2a3c4d"}`
+	_, err = call(demoTenant, pg("x", vpcSpec))
+	if ce := mustCode(t, "a VPC on a shared account", err, core.CodeInvalidInput, "accountWide"); fmt.Sprint(ce.Details["fields"]) != "[spec.private_network_uuid]" {
+		t.Fatalf("accountWide fields = %v", ce.Details["fields"])
+	}
+	netID := "net_" + core.NewID("x")[2:28]
+	_, err = call(demoTenant, pg("x", `{"region":"nyc3","size":"db-s-1vcpu-1gb","network":"`+netID+`"}`))
+	if ce := mustCode(t, "a network that is not live", err, core.CodeInvalidInput, "network"); fmt.Sprint(ce.Details["networks"]) != "["+netID+"]" {
+		t.Fatalf("networks = %v", ce.Details["networks"])
+	}
+	_, err = call(demoTenant, crs.CreateInput{Kind: "do.database.pg.user", Name: "u", Spec: json.RawMessage(`{"name":"u"}`)})
+	mustCode(t, "a child without its parent", err, core.CodeInvalidInput, "required")
+
+	// The root tenant's own account may reach account-wide objects.
+	own, err := call(rootTenant, pg("own-vpc", vpcSpec))
+	if err != nil {
+		t.Fatalf("an own account's VPC: %v", err)
+	}
+
+	// A cluster of acme's, then the rules that need one.
+	cluster, err := call(demoTenant, pg("rules", okSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(demoTenant, pg("rules", okSpec))
+	mustCode(t, "a second cluster named rules", err, core.CodeConflict, "")
+	instID := "inst_" + core.NewID("x")[2:28]
+	_, err = call(demoTenant, crs.CreateInput{Kind: "do.database.pg.firewall", Name: "fw", ParentID: cluster.ID,
+		Spec: json.RawMessage(`{"instances":["` + instID + `"]}`)})
+	if ce := mustCode(t, "an instance that is not live", err, core.CodeInvalidInput, "instance"); fmt.Sprint(ce.Details["instances"]) != "["+instID+"]" {
+		t.Fatalf("instances = %v", ce.Details["instances"])
+	}
+	_, err = call(demoTenant, crs.CreateInput{Kind: "do.database.pg.firewall", Name: "fw", ParentID: cluster.ID,
+		Spec: json.RawMessage(`{"rules":[{"type":"tag","value":"prod"}]}`)})
+	mustCode(t, "a Droplet tag as a trusted source on a shared account", err, core.CodeInvalidInput, "accountWide")
+	c.await(t, demoTenant, cluster.ID, "ready")
+
+	// Another tenant's resource: the decision refuses before the lookup.
+	_, err = crs.Get.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: own.ID})
+	if code := core.AsError(err).Code; code != core.CodeAccessDenied && code != core.CodeNotFound {
+		t.Fatalf("acme reading root's resource = %v", err)
+	}
+
+	// maxPerKind: one Functions namespace here.
+	ns, err := call(demoTenant, crs.CreateInput{Kind: "do.functions.namespace", Name: "fns", Spec: json.RawMessage(`{"region":"nyc3"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(demoTenant, crs.CreateInput{Kind: "do.functions.namespace", Name: "fns2", Spec: json.RawMessage(`{"region":"nyc3"}`)})
+	if ce := mustCode(t, "a second namespace", err, core.CodeQuotaExceeded, ""); fmt.Sprint(ce.Details["limit"]) != "1" {
+		t.Fatalf("limit = %v", ce.Details["limit"])
+	}
+	c.await(t, demoTenant, ns.ID, "ready")
+	_, err = crs.Release.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: ns.ID})
+	mustCode(t, "releasing a namespace", err, core.CodeUnsupported, "release")
+
+	// release: a child, a parent with live children.
+	user, err := call(demoTenant, crs.CreateInput{Kind: "do.database.pg.user", Name: "rules-app", ParentID: cluster.ID, Spec: json.RawMessage(`{"name":"app"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.await(t, demoTenant, user.ID, "ready")
+	_, err = crs.Release.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: user.ID})
+	mustCode(t, "releasing a child", err, core.CodeInvalidState, "parent")
+	_, err = crs.Release.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: cluster.ID})
+	mustCode(t, "releasing a parent with children", err, core.CodeInvalidState, "children")
+
+	// The capacity an inference endpoint books: GPUs per replica times the
+	// larger of replicas and maxReplicas, against the offer's 16 GPUs.
+	previews := true
+	if _, err := pa.Update.Call(ctx, c.admin, pa.UpdateInput{TenantID: rootTenant, ProviderAccountID: acctID, Previews: &previews}); err != nil {
+		t.Fatal(err)
+	}
+	big := inference
+	big.Name, big.Spec = "llm-big", json.RawMessage(`{"region":"nyc3","model_slug":"llama","model_provider":"hugging_face","accelerator_slug":"gpu-h100x8-640gb","replicas":1,"maxReplicas":3}`)
+	_, err = call(demoTenant, big)
+	if ce := mustCode(t, "24 GPUs on a 16 GPU offer", err, core.CodeQuotaExceeded, ""); fmt.Sprint(ce.Details["limit"]) != "16" {
+		t.Fatalf("the booking's refusal = %v", ce.Details)
+	}
+	endpoint, err := call(demoTenant, inference)
+	if err != nil || endpoint.Booked == nil || endpoint.Booked.Amount != 8 {
+		t.Fatalf("an 8 GPU endpoint = %+v, %v", endpoint, err)
+	}
+	_, err = crs.Update.Call(ctx, c.demo, crs.UpdateInput{TenantID: demoTenant, ResourceID: endpoint.ID, Spec: json.RawMessage(`{"replicas":3}`)})
+	mustCode(t, "growing past the quota", err, core.CodeQuotaExceeded, "")
+	_, err = crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.inference.dedicated",
+		ProviderID: "anything", Name: "llm", IdempotencyKey: "adopt-llm"})
+	mustCode(t, "adopting what books quota", err, core.CodeUnsupported, "quotaBooked")
+
+	// The offer's terms and the tenant's budget, after the decision.
+	if _, err := pools.Offer.Call(ctx, c.admin, pools.OfferInput{TenantID: rootTenant, PoolID: c.pool, ToTenantID: demoTenant,
+		Quota: pools.Quota{"gpu": 16}, ExcludedRegions: []string{"nyc3"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(demoTenant, pg("excluded", okSpec))
+	mustCode(t, "an excluded region", err, core.CodeInvalidInput, "regionExcluded")
+	if _, err := pools.Offer.Call(ctx, c.admin, pools.OfferInput{TenantID: rootTenant, PoolID: c.pool, ToTenantID: demoTenant,
+		Quota: pools.Quota{"gpu": 16}, Suspended: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(demoTenant, pg("suspended", okSpec))
+	mustCode(t, "a suspended offer", err, core.CodeInvalidState, "offerSuspended")
+	if _, err := pools.Offer.Call(ctx, c.admin, pools.OfferInput{TenantID: rootTenant, PoolID: c.pool, ToTenantID: demoTenant,
+		Quota: pools.Quota{"gpu": 16}}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgx.Connect(ctx, c.s.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, `INSERT INTO tenant_budgets (tenant_id, meter, monthly_cap, updated_by) VALUES ($1, $2, 0, 'e2e')`,
+		demoTenant, rules.MeterHours); err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(demoTenant, pg("over-budget", okSpec))
+	mustCode(t, "a spent budget", err, core.CodeQuotaExceeded, "budget")
+	if _, err := db.Exec(ctx, `DELETE FROM tenant_budgets`); err != nil {
+		t.Fatal(err)
+	}
+
+	// update and delete on a resource being deleted.
+	del, err := crs.Delete.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: cluster.ID})
+	if err != nil || del.State != "deleting" {
+		t.Fatalf("delete = %+v, %v", del, err)
+	}
+	again, err := crs.Delete.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: cluster.ID})
+	if err != nil || again.Version != del.Version || again.State == "deleted" && del.State != "deleted" && again.UpdatedAt < del.UpdatedAt {
+		t.Fatalf("a second delete = %+v, %v", again, err)
+	}
+	_, err = crs.Update.Call(ctx, c.demo, crs.UpdateInput{TenantID: demoTenant, ResourceID: cluster.ID, Spec: json.RawMessage(`{"size":"db-s-1vcpu-2gb"}`)})
+	mustCode(t, "updating a resource being deleted", err, core.CodeInvalidState, "")
+
+	// adopt's refusals on the root tenant's own account.
+	_, err = crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.database.pg",
+		ProviderID: "5f0c0b9e-0000-4000-8000-000000000000", Name: "nothing", IdempotencyKey: "adopt-nothing"})
+	mustCode(t, "adopting what does not exist", err, core.CodeNotFound, "")
+	_, err = crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.database.pg.user",
+		ProviderID: "x", Name: "child", IdempotencyKey: "adopt-child"})
+	mustCode(t, "adopting a child kind", err, core.CodeUnsupported, "parent")
+	_, err = crs.Adopt.Call(ctx, c.demo, crs.AdoptInput{TenantID: demoTenant, PoolID: c.pool, Kind: "do.database.pg",
+		ProviderID: "x", Name: "mine", IdempotencyKey: "adopt-hosted"})
+	mustCode(t, "adopting on a platform pool", err, core.CodeAccessDenied, "notAccountOwner")
+	other, _, err := c.fakeClient(t).Databases.Create(ctx, &godo.DatabaseCreateRequest{Name: "elsewhere", EngineSlug: "pg", Version: "16",
+		SizeSlug: "db-s-1vcpu-1gb", Region: "nyc3", NumNodes: 1, Tags: []string{"better-compute-managed", "better-compute-resource:crs_elsewhere"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.database.pg",
+		ProviderID: other.ID, Name: "elsewhere", IdempotencyKey: "adopt-elsewhere"})
+	mustCode(t, "adopting another deployment's cluster", err, core.CodeInvalidState, "managedByAnother")
+
+	// signals: acme sees those about its own resources, the account's
+	// owner every one; malformed ones are dropped; one answer serves 30 s.
+	nsReady := c.await(t, demoTenant, ns.ID, "ready")
+	now := time.Now().UTC()
+	if err := c.fake.AddSignals(
+		json.RawMessage(`{"id":"sig-1","severity":"critical","title":"a run failed","created_at":"`+now.Format(time.RFC3339)+`","resource":{"type":"functions_namespace","id":"`+nsReady.ProviderID+`"}}`),
+		json.RawMessage(`{"id":"sig-2","severity":"warning","title":"someone else's","created_at":"`+now.Add(time.Second).Format(time.RFC3339)+`","resource":{"type":"functions_namespace","id":"unrecorded"}}`),
+		json.RawMessage(`{"id":"sig-3","severity":"loud","title":"malformed","created_at":"`+now.Format(time.RFC3339)+`","resource":{"type":"functions_namespace","id":"x"}}`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := crs.Signals.Call(ctx, c.demo, crs.SignalsInput{TenantID: demoTenant, PoolID: c.pool})
+	if err != nil || len(mine.Signals) != 1 || mine.Signals[0].ID != "sig-1" || mine.Signals[0].ResourceID != ns.ID {
+		t.Fatalf("acme's signals = %+v, %v", mine, err)
+	}
+	all, err := crs.Signals.Call(ctx, c.admin, crs.SignalsInput{TenantID: rootTenant, PoolID: c.pool})
+	if err != nil || len(all.Signals) != 2 || all.Signals[0].ID != "sig-2" {
+		t.Fatalf("the owner's signals = %+v, %v", all, err)
+	}
+	if err := c.fake.AddSignals(json.RawMessage(`{"id":"sig-4","severity":"info","title":"later","created_at":"` +
+		now.Add(2*time.Second).Format(time.RFC3339) + `","resource":{"type":"functions_namespace","id":"` + nsReady.ProviderID + `"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	cached, err := crs.Signals.Call(ctx, c.demo, crs.SignalsInput{TenantID: demoTenant, PoolID: c.pool, ResourceID: ns.ID})
+	if err != nil || len(cached.Signals) != 1 {
+		t.Fatalf("within 30 s the account's answer is reused: %+v, %v", cached, err)
+	}
+	previews = false
+	if _, err := pa.Update.Call(ctx, c.admin, pa.UpdateInput{TenantID: rootTenant, ProviderAccountID: acctID, Previews: &previews}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = crs.Signals.Call(ctx, c.demo, crs.SignalsInput{TenantID: demoTenant, PoolID: c.pool})
+	mustCode(t, "signals without previews", err, core.CodeUnsupported, "preview")
+
+	// catalog: the provider's 1-Click apps, narrowed by where they install.
+	cat, err := crs.Catalog.Call(ctx, c.demo, crs.CatalogInput{TenantID: demoTenant, PoolID: c.pool, InstallsOn: "instance"})
+	if err != nil || len(cat.Apps) == 0 || slices.ContainsFunc(cat.Apps, func(a drivers.CatalogApp) bool { return a.InstallsOn != "instance" }) {
+		t.Fatalf("catalog = %+v, %v", cat, err)
+	}
+
+	// list: oldest first, narrowed; deleted ones only on request.
+	c.await(t, demoTenant, cluster.ID, "gone")
+	l, err := crs.List.Call(ctx, c.demo, crs.ListInput{TenantID: demoTenant, Family: "data", IncludeDeleted: true})
+	if err != nil || l.Truncated || len(l.Items) == 0 {
+		t.Fatalf("list = %+v, %v", l, err)
+	}
+	for i, r := range l.Items {
+		if r.Family != "data" || (i > 0 && r.CreatedAt < l.Items[i-1].CreatedAt) {
+			t.Fatalf("list item %d = %+v", i, r)
+		}
+	}
+	live, err := crs.List.Call(ctx, c.demo, crs.ListInput{TenantID: demoTenant})
+	if err != nil || slices.ContainsFunc(live.Items, func(r crs.Resource) bool { return r.ID == cluster.ID }) ||
+		!slices.ContainsFunc(live.Items, func(r crs.Resource) bool { return r.ID == ns.ID }) {
+		t.Fatalf("the live list = %+v, %v", live, err)
+	}
+}
