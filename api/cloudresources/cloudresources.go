@@ -155,7 +155,14 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				f := domain.Filter{PoolID: in.PoolID, ProjectID: in.ProjectID, Kind: in.Kind, Family: in.Family, IncludeEnded: in.IncludeDeleted}
 				items, err := domain.List(ctx, tx, m.types().Resource, c.TenantID, f, q)
 				return rpc.PageOf(items, q, func(r Resource) store.Key { return store.Key{At: r.CreatedAt, ID: r.ID} },
-					func(r Resource) iam.Resource { return d.Resource(domain.ResourceType, r.ID) },
+					func(r Resource) iam.Resource {
+						// An ended resource's authorization row is gone: its
+						// record is read as the tenant's, as the list is.
+						if rules.Ended(r.State) {
+							return d.Resource("tenant", r.TenantID)
+						}
+						return d.Resource(domain.ResourceType, r.ID)
+					},
 					func(kept []Resource, next string) any { return ResourceList{Items: kept, Truncated: next != ""} }), err
 			}},
 		&rpc.Method[ResourceInput, Resource]{Name: Get, Action: read, DecidedOn: "compute-cloud-resource",

@@ -167,8 +167,9 @@ type Filter struct {
 	IncludeEnded                    bool
 }
 
-// List reads a page of the tenant's resources visible in its view,
-// oldest first (creation millisecond, then id).
+// List reads a page of the tenant's resources visible in its view (an
+// ended one has no authorization row: it is the tenant's record), oldest
+// first (creation millisecond, then id).
 func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, page store.PageQuery) ([]Resource, error) {
 	createdMs := msOf("created_at")
 	after := page.AfterKey()
@@ -177,7 +178,7 @@ func List(ctx context.Context, tx store.Tx, typ, tenantID string, f Filter, page
 			AND ($2 OR state NOT IN ('deleted', 'released'))
 			AND ($3 = '' OR pool_id = $3) AND ($4 = '' OR project_id = $4)
 			AND ($5 = '' OR kind = $5) AND ($6 = '' OR family = $6)
-			AND `+store.VisibleIn("id", "$1", "$7", false)+`
+			AND (state IN ('deleted', 'released') OR `+store.VisibleIn("id", "$1", "$7", false)+`)
 			AND ($9 OR (`+createdMs+`, id) > ($10, $11))
 		ORDER BY `+createdMs+`, id LIMIT $8`,
 		tenantID, f.IncludeEnded, f.PoolID, f.ProjectID, f.Kind, f.Family, typ, page.Fetch(), page.First(), after.At, after.ID)
