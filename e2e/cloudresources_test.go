@@ -213,6 +213,23 @@ func TestCloudResourcesOnTheDevStack(t *testing.T) {
 		t.Fatalf("identity conflict names %v, want %s", ce.Details["resourceId"], user.ID)
 	}
 
+	// Steady state: each settled resource's refresh is one provider read.
+	steady := func() int {
+		n := 0
+		for route, count := range c.fake.Stats().Requests {
+			if strings.HasPrefix(route, "GET ") {
+				n += count
+			}
+		}
+		return n
+	}
+	time.Sleep(2 * time.Second) // the last rounds' reads land
+	reads, window := steady(), 10*time.Second
+	time.Sleep(window)
+	rounds := 3 * float64(window) / float64(2*time.Second) // three resources, refreshed every 2 s here
+	t.Logf("steady state: %d provider reads in %s for 3 settled resources: %.2f per refresh", steady()-reads, window,
+		float64(steady()-reads)/rounds)
+
 	// In place: the size; past updatable: the name.
 	up, err := crs.Update.Call(ctx, c.demo, crs.UpdateInput{TenantID: demoTenant, ResourceID: cluster.ID, Spec: json.RawMessage(`{"size":"db-s-1vcpu-2gb"}`)})
 	if err != nil || up.State != "updating" || up.Version != cluster.Version+1 {
@@ -244,6 +261,37 @@ func TestCloudResourcesOnTheDevStack(t *testing.T) {
 	order := deletedOrder(t, c, []string{user.ID, db.ID, cluster.ID})
 	if order[cluster.ID] < order[user.ID] || order[cluster.ID] < order[db.ID] {
 		t.Fatalf("the cluster was deleted before its children: %v", order)
+	}
+
+	// The cluster billed cloud.resource.hours from its acceptance to its
+	// deletion; its user and database, living in it, billed nothing.
+	db0, err := pgx.Connect(ctx, c.s.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db0.Close(ctx)
+	var billed, open, childBilled int
+	if err := db0.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE ended_at IS NULL),
+			(SELECT count(*) FROM usage_intervals WHERE reservation_id = ANY($2))
+		FROM usage_intervals WHERE reservation_id = $1 AND class = 'cloud.resource' AND units = 1`,
+		cluster.ID, []string{user.ID, db.ID}).Scan(&billed, &open, &childBilled); err != nil {
+		t.Fatal(err)
+	}
+	if billed != 1 || open != 0 || childBilled != 0 {
+		t.Fatalf("billing: %d intervals of the cluster (%d open), %d of its children", billed, open, childBilled)
+	}
+	seen := map[string]bool{}
+	page, err := events.List.Call(ctx, c.demo, events.ListInput{TenantID: demoTenant, ResourceID: cluster.ID, ListInput: rpc.ListInput{Limit: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range page.Items {
+		seen[e.Type] = true
+	}
+	for _, want := range []string{"created", "ready", "updating", "updated", "deleting", "deleted"} {
+		if !seen["cloud.resource."+want] {
+			t.Errorf("the cluster published no cloud.resource.%s: %v", want, seen)
+		}
 	}
 
 	// A lost create: the fake makes the cluster and drops the answer.
