@@ -2,12 +2,15 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/better-compute/better-compute/api/cloudresources"
 	"github.com/better-compute/better-compute/api/pools"
 	pa "github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/iam/policies"
 )
 
 // cloudResources.kinds answers the manifests of a provider pool's
@@ -61,5 +64,47 @@ func TestCloudResourcesKinds(t *testing.T) {
 	}
 	if _, err := cloudresources.Kinds.Call(ctx, c, cloudresources.KindsInput{TenantID: "acme", PoolID: core.NewID("pool")}); core.AsError(err).Code != core.CodeNotFound {
 		t.Fatalf("an unknown pool = %v", err)
+	}
+}
+
+// The shipped data-cloud-resources example policy decides on real drafts:
+// with it a tenant creates a managed database (family data) and is
+// refused an App Platform app (family platform), and the refused draft
+// leaves nothing listed.
+func TestCloudResourcesDataPolicyOnRealDrafts(t *testing.T) {
+	e := newProvidersEnv(t)
+	ctx := context.Background()
+	data, ok := policies.Get("data-cloud-resources")
+	if !ok {
+		t.Fatal("the data-family example policy is not shipped")
+	}
+	if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: "data-only", Cedar: data}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.client(e.boot.UserToken)
+	ref := e.putSecret("acme", "do-token", doToken)
+	s := e.site(e.boot.UserToken, "acme", "do-nyc", "custom")
+	a, err := pa.Create.Call(ctx, c, pa.CreateInput{TenantID: "acme", Provider: "digitalocean", Name: "do", CredentialRef: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pools.Create.Call(ctx, c, pools.CreateInput{TenantID: "acme", SiteID: s.ID, Name: "do", Class: "provider",
+		GPUModel: "H100", GPUMemoryGb: 80, ProviderAccountID: a.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := cloudresources.Create.Call(ctx, c, cloudresources.CreateInput{TenantID: "acme", PoolID: pool.ID, Kind: "do.database.pg",
+		Name: "orders", Spec: json.RawMessage(`{"region":"nyc3","size":"db-s-1vcpu-1gb"}`), IdempotencyKey: "db"})
+	if err != nil || db.State != "pending" || db.Family != "data" {
+		t.Fatalf("a database under the data policy = %+v, %v", db, err)
+	}
+	_, err = cloudresources.Create.Call(ctx, c, cloudresources.CreateInput{TenantID: "acme", PoolID: pool.ID, Kind: "do.app",
+		Name: "web", Spec: json.RawMessage(`{"region":"nyc"}`), IdempotencyKey: "app"})
+	if core.AsError(err).Code != core.CodeAccessDenied {
+		t.Fatalf("an app under the data policy = %v", err)
+	}
+	l, err := cloudresources.List.Call(ctx, c, cloudresources.ListInput{TenantID: "acme", IncludeDeleted: true})
+	if err != nil || len(l.Items) != 1 || l.Items[0].ID != db.ID {
+		t.Fatalf("list after a refusal = %+v, %v", l, err)
 	}
 }
