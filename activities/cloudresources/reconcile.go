@@ -22,6 +22,7 @@ import (
 	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/cloudresources"
+	"github.com/better-compute/better-compute/store/instances"
 	"github.com/better-compute/better-compute/store/provideraccounts"
 	"github.com/better-compute/better-compute/store/secrets"
 )
@@ -73,6 +74,7 @@ const (
 	ReasonDriftLoop        = "driftLoop"
 	ReasonParentGone       = "parentGone"
 	ReasonAccount          = "account"
+	ReasonInstance         = "instance"
 )
 
 // round is what one reconciliation works with.
@@ -83,6 +85,10 @@ type round struct {
 	res      drivers.ProviderResources
 	// secrets are the spec's SecretRefs resolved, by reference.
 	secrets drivers.SecretValues
+	// servers are the provider server ids of the instances the spec
+	// names; spec is the spec in the provider's terms (instances resolved).
+	servers map[string]string
+	spec    json.RawMessage
 }
 
 // ReconcileResource moves one resource one step toward what its tenant wants:
@@ -145,7 +151,14 @@ func (a *Resources) begin(ctx context.Context, id string) (round, *Progress, err
 		}
 		cred = providers.Credential{Kind: acct.Provider, Token: token, BaseURL: acct.BaseURL}
 		if rd.t.Desired == rules.DesiredPresent {
-			rd.secrets, err = a.resolveSpecSecrets(ctx, tx, rd.t)
+			if rd.secrets, err = a.resolveSpecSecrets(ctx, tx, rd.t); err != nil {
+				return err
+			}
+			if set := KindsOf(rd.t.Provider); set != nil {
+				if m, ok := set.Lookup(rd.t.Kind); ok && len(m.Instances(rd.t.Spec)) > 0 {
+					rd.servers, err = instances.ProviderServers(ctx, tx, rd.t.TenantID, rd.t.ProviderAccountID, m.Instances(rd.t.Spec))
+				}
+			}
 		}
 		return err
 	})
@@ -171,6 +184,24 @@ func (a *Resources) begin(ctx context.Context, id string) (round, *Progress, err
 	rd.owner = drivers.Owner{ResourceID: rd.t.ID, TenantID: rd.t.TenantID}
 	if rd.res, err = Open(ctx, a.Providers, cred); err != nil {
 		return round{}, nil, err
+	}
+	rd.spec = rd.t.Spec
+	if named := m.Instances(rd.t.Spec); len(named) > 0 && rd.t.Desired == rules.DesiredPresent {
+		// The instances a spec names are checked again before every
+		// provider call, and named in the provider's terms.
+		resolver, ok := rd.res.(drivers.InstanceResolver)
+		for _, id := range named {
+			if rd.servers[id] == "" || !ok {
+				if err := a.markError(ctx, rd.t.ID, ReasonInstance, "instance "+id+" is not a live instance of the tenant with a server on the pool's account"); err != nil {
+					return round{}, nil, err
+				}
+				p, err := a.progress(ctx, rd.t.ID)
+				return round{}, &p, err
+			}
+		}
+		if rd.spec, err = resolver.ResolveInstances(rd.t.Kind, rd.t.Spec, rd.servers); err != nil {
+			return round{}, nil, err
+		}
 	}
 	return rd, nil, nil
 }
@@ -323,7 +354,7 @@ func (a *Resources) presentStep(ctx context.Context, rd round) error {
 	if t.ObserveOnly {
 		return a.record(ctx, rd, obs, domain.Observation{SpecReported: obs.Spec, Applied: t.Version})
 	}
-	drifted := driftedFields(rd.manifest, t.Spec, obs.Spec)
+	drifted := driftedFields(rd.manifest, rd.spec, obs.Spec)
 	hash, rotated, err := a.secretsChanged(t, rd.secrets)
 	if err != nil {
 		return err
@@ -351,7 +382,7 @@ func (a *Resources) presentStep(ctx context.Context, rd round) error {
 	}
 	// The provider is asked to change only what drifted: the observed spec
 	// with the wanted values of those updatable fields.
-	want, err := overlay(obs.Spec, t.Spec, drifted)
+	want, err := overlay(obs.Spec, rd.spec, drifted)
 	if err != nil {
 		return err
 	}
@@ -360,7 +391,7 @@ func (a *Resources) presentStep(ctx context.Context, rd round) error {
 		return err
 	}
 	applied := int64(0)
-	if len(driftedFields(rd.manifest, t.Spec, updated.Spec)) == 0 {
+	if len(driftedFields(rd.manifest, rd.spec, updated.Spec)) == 0 {
 		applied = t.Version
 	}
 	return a.record(ctx, rd, updated, domain.Observation{Applied: applied, SecretsHash: hash})
@@ -391,7 +422,7 @@ func (a *Resources) createStep(ctx context.Context, rd round, ref drivers.Ref) e
 		return err
 	}
 	obs, err := rd.res.Create(ctx, drivers.CreateRequest{Kind: t.Kind, ParentProviderID: t.ParentProviderID, Name: name,
-		Owner: rd.owner, Spec: t.Spec, Secrets: rd.secrets})
+		Owner: rd.owner, Spec: rd.spec, Secrets: rd.secrets})
 	if err != nil {
 		if errors.Is(err, providers.ErrNotSent) || errors.Is(err, providers.ErrRefused) {
 			if ferr := domain.ForgetCreateSent(ctx, a.Store.Pool, t.ID); ferr != nil {

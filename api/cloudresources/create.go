@@ -102,9 +102,15 @@ func (m methods) checkSpec(ctx context.Context, tx store.Tx, tenantID string, ac
 	}
 	named := newlyNamed(man.Instances(spec), man.Instances(before), before != nil)
 	if len(named) > 0 {
-		missing, err := instances.MissingOnAccount(ctx, tx, tenantID, acct.ID, named)
+		live, err := instances.ProviderServers(ctx, tx, tenantID, acct.ID, named)
 		if err != nil {
 			return err
+		}
+		var missing []string
+		for _, id := range named {
+			if _, ok := live[id]; !ok {
+				missing = append(missing, id)
+			}
 		}
 		if len(missing) > 0 {
 			return core.Errorf(core.CodeInvalidInput, "spec names instances that are not live instances of the tenant on the pool's account: %s",

@@ -2,6 +2,7 @@ package cloudresources
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -168,3 +169,11 @@ func signalProblem(s Signal) error {
 }
 
 func multiLine(s string) bool { return strings.ContainsAny(s, "\r\n\u2028\u2029") }
+
+// InstanceResolver is the optional interface of a provider whose specs may
+// name the tenant's instances (a database firewall's trusted instances):
+// it rewrites a spec in the provider's own terms, given each instance's
+// provider server id (a droplet rule each), before a create or an update.
+type InstanceResolver interface {
+	ResolveInstances(kind string, spec json.RawMessage, servers map[string]string) (json.RawMessage, error)
+}

@@ -453,18 +453,24 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Instance, err
 	return Load(ctx, tx, tenantID, id, false)
 }
 
-// MissingOnAccount answers the ids among ids that are not live instances
-// of the tenant on a pool of provider account accountID (another tenant's
-// and a missing one alike), sorted: what a cloud resource may name as
-// trusted instances.
-func MissingOnAccount(ctx context.Context, tx store.Tx, tenantID, accountID string, ids []string) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT x.id FROM unnest($3::text[]) AS x(id)
-		WHERE NOT EXISTS (SELECT 1 FROM instances i JOIN pools p ON p.id = i.pool_id
-			WHERE i.id = x.id AND i.tenant_id = $1 AND p.provider_account_id = $2
-				AND i.state NOT IN ('draft', 'denied', 'deleting', 'deleted', 'failed'))
-		ORDER BY x.id`, tenantID, accountID, ids)
+// ProviderServers maps those of ids that are live instances of the tenant
+// on a pool of provider account accountID to their provider server ids
+// ("" while the provider has not made one).
+func ProviderServers(ctx context.Context, tx store.Tx, tenantID, accountID string, ids []string) (map[string]string, error) {
+	rows, err := tx.Query(ctx, `SELECT i.id, i.provider_server_id FROM instances i JOIN pools p ON p.id = i.pool_id
+		WHERE i.id = ANY($3) AND i.tenant_id = $1 AND p.provider_account_id = $2
+			AND i.state NOT IN ('draft', 'denied', 'deleting', 'deleted', 'failed')`, tenantID, accountID, ids)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, server string
+		if err := rows.Scan(&id, &server); err != nil {
+			return nil, err
+		}
+		out[id] = server
+	}
+	return out, rows.Err()
 }

@@ -485,6 +485,27 @@ func (r *Resources) getChild(ctx context.Context, kind, parent, name string) (cl
 	return cloudresources.Observed{}, unsupported(kind)
 }
 
+// ResolveInstances implements cloudresources.InstanceResolver: a
+// firewall's instances become droplet rules after its own rules.
+func (r *Resources) ResolveInstances(kind string, raw json.RawMessage, servers map[string]string) (json.RawMessage, error) {
+	if kind != KindFirewall {
+		return raw, nil
+	}
+	var spec firewallSpec
+	if err := decodeSpec(raw, &spec); err != nil {
+		return nil, err
+	}
+	for _, id := range spec.Instances {
+		server, ok := servers[id]
+		if !ok || server == "" {
+			return nil, refused("instance %s has no droplet", id)
+		}
+		spec.Rules = append(spec.Rules, firewallRule{Type: "droplet", Value: server})
+	}
+	spec.Instances = nil
+	return json.Marshal(spec)
+}
+
 func (r *Resources) putFirewall(ctx context.Context, parent string, spec firewallSpec) error {
 	if len(spec.Instances) > 0 {
 		// Instances are resolved to droplet rules before the call.
