@@ -10,13 +10,18 @@ import (
 
 	"github.com/digitalocean/godo"
 	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/client"
 
+	activities "github.com/better-compute/better-compute/activities/cloudresources"
 	crs "github.com/better-compute/better-compute/api/cloudresources"
+	"github.com/better-compute/better-compute/api/flavors"
+	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/pools"
 	pa "github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/core"
 	rules "github.com/better-compute/better-compute/core/cloudresources"
 	drivers "github.com/better-compute/better-compute/drivers/cloudresources"
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 // TestCloudResourceRules checks each rule of cloud-resources-api.md that
@@ -48,7 +53,7 @@ func TestCloudResourceRules(t *testing.T) {
 	_, err = call(demoTenant, crs.CreateInput{Kind: "do.spaces.bucket", Name: "x", Spec: json.RawMessage(`{}`)})
 	mustCode(t, "a kind not served", err, core.CodeUnsupported, "kind")
 	inference := crs.CreateInput{Kind: "do.inference.dedicated", Name: "llm", Spec: json.RawMessage(
-		`{"region":"nyc3","model_slug":"llama","model_provider":"hugging_face","accelerator_slug":"gpu-h100x8-640gb","replicas":1}`)}
+		`{"region":"tor1","model_slug":"llama","model_provider":"hugging_face","accelerator_slug":"gpu-h100x8-640gb","replicas":1}`)}
 	_, err = call(demoTenant, inference)
 	mustCode(t, "a preview without previews", err, core.CodeUnsupported, "preview")
 	_, err = call(demoTenant, pg("x", `{"region":"nyc3"}`))
@@ -94,6 +99,52 @@ func TestCloudResourceRules(t *testing.T) {
 	mustCode(t, "a Droplet tag as a trusted source on a shared account", err, core.CodeInvalidInput, "accountWide")
 	c.await(t, demoTenant, cluster.ID, "ready")
 
+	// A firewall trusting acme's droplet: the instance becomes a droplet
+	// rule at the provider.
+	fl, err := flavors.List.Call(ctx, c.demo, flavors.ListInput{TenantID: demoTenant, PoolID: c.pool})
+	if err != nil || len(fl.Items) == 0 {
+		t.Fatalf("the provider pool's flavors: %+v, %v", fl, err)
+	}
+	droplet, err := instances.Create.Call(ctx, c.demo, instances.CreateInput{TenantID: demoTenant, IdempotencyKey: "fw-droplet",
+		PoolID: c.pool, FlavorID: fl.Items[0].ID, ProviderImage: providerImage, Name: "fw-droplet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, resourceWait, "the droplet has a server", func() bool {
+		in, err := instances.Get.Call(ctx, c.demo, instances.InstanceInput{TenantID: demoTenant, InstanceID: droplet.ID})
+		droplet = in
+		return err == nil && in.ProviderServerID != ""
+	})
+	fw, err := call(demoTenant, crs.CreateInput{Kind: "do.database.pg.firewall", Name: "fw", ParentID: cluster.ID,
+		Spec: json.RawMessage(`{"rules":[{"type":"ip_addr","value":"192.0.2.1"}],"instances":["` + droplet.ID + `"]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.await(t, demoTenant, fw.ID, "ready")
+	rulesAt, _, err := c.fakeClient(t).Databases.GetFirewallRules(ctx, c.get(t, demoTenant, cluster.ID).ProviderID)
+	if err != nil || !slices.ContainsFunc(rulesAt, func(r godo.DatabaseFirewallRule) bool {
+		return r.Type == "droplet" && r.Value == droplet.ProviderServerID
+	}) {
+		t.Fatalf("the provider's firewall = %+v, %v", rulesAt, err)
+	}
+
+	// A terminated workflow strands nothing: the reconciler's schedule
+	// starts it again, and it converges what changed meanwhile.
+	if err := c.s.Client().TerminateWorkflow(ctx, cluster.ID, "", "e2e: a lost workflow"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crs.Update.Call(ctx, c.demo, crs.UpdateInput{TenantID: demoTenant, ResourceID: cluster.ID,
+		Spec: json.RawMessage(`{"size":"db-s-1vcpu-2gb"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.s.Client().ScheduleClient().GetHandle(ctx, activities.ReconcileScheduleID).Trigger(ctx, client.ScheduleTriggerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.await(t, demoTenant, cluster.ID, "ready")
+	if got := c.get(t, demoTenant, cluster.ID); got.AppliedVersion != got.Version {
+		t.Fatalf("after the restart: version %d applied %d", got.Version, got.AppliedVersion)
+	}
+
 	// Another tenant's resource: the decision refuses before the lookup.
 	_, err = crs.Get.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: own.ID})
 	if code := core.AsError(err).Code; code != core.CodeAccessDenied && code != core.CodeNotFound {
@@ -126,22 +177,39 @@ func TestCloudResourceRules(t *testing.T) {
 
 	// The capacity an inference endpoint books: GPUs per replica times the
 	// larger of replicas and maxReplicas, against the offer's 16 GPUs.
-	previews := true
-	if _, err := pa.Update.Call(ctx, c.admin, pa.UpdateInput{TenantID: rootTenant, ProviderAccountID: acctID, Previews: &previews}); err != nil {
+	// The fake offers its GPUs in tor1.
+	previews, regions := true, []string{"nyc3", "tor1"}
+	if _, err := pa.Update.Call(ctx, c.admin, pa.UpdateInput{TenantID: rootTenant, ProviderAccountID: acctID, Previews: &previews, Regions: &regions}); err != nil {
 		t.Fatal(err)
 	}
 	big := inference
-	big.Name, big.Spec = "llm-big", json.RawMessage(`{"region":"nyc3","model_slug":"llama","model_provider":"hugging_face","accelerator_slug":"gpu-h100x8-640gb","replicas":1,"maxReplicas":3}`)
+	big.Name, big.Spec = "llm-big", json.RawMessage(`{"region":"tor1","model_slug":"llama","model_provider":"hugging_face","accelerator_slug":"gpu-h100x8-640gb","replicas":1,"maxReplicas":3}`)
 	_, err = call(demoTenant, big)
 	if ce := mustCode(t, "24 GPUs on a 16 GPU offer", err, core.CodeQuotaExceeded, ""); fmt.Sprint(ce.Details["limit"]) != "16" {
 		t.Fatalf("the booking's refusal = %v", ce.Details)
 	}
-	endpoint, err := call(demoTenant, inference)
-	if err != nil || endpoint.Booked == nil || endpoint.Booked.Amount != 8 {
-		t.Fatalf("an 8 GPU endpoint = %+v, %v", endpoint, err)
+	two := inference
+	two.Spec = json.RawMessage(`{"region":"tor1","model_slug":"llama","model_provider":"hugging_face","accelerator_slug":"gpu-h100x8-640gb","replicas":2}`)
+	endpoint, err := call(demoTenant, two)
+	if err != nil || endpoint.Booked == nil || endpoint.Booked.Amount != 16 {
+		t.Fatalf("a 16 GPU endpoint = %+v, %v", endpoint, err)
 	}
 	_, err = crs.Update.Call(ctx, c.demo, crs.UpdateInput{TenantID: demoTenant, ResourceID: endpoint.ID, Spec: json.RawMessage(`{"replicas":3}`)})
 	mustCode(t, "growing past the quota", err, core.CodeQuotaExceeded, "")
+	// A shrink is returned once the provider runs it: then 8 GPUs are free.
+	c.await(t, demoTenant, endpoint.ID, "ready")
+	if _, err := crs.Update.Call(ctx, c.demo, crs.UpdateInput{TenantID: demoTenant, ResourceID: endpoint.ID, Spec: json.RawMessage(`{"replicas":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, resourceWait, "the shrink returned", func() bool {
+		r := c.get(t, demoTenant, endpoint.ID)
+		return r.State == "ready" && r.Booked != nil && r.Booked.Amount == 8
+	})
+	small := inference
+	small.Name = "llm-small"
+	if _, err := call(demoTenant, small); err != nil {
+		t.Fatalf("8 GPUs after the shrink: %v", err)
+	}
 	_, err = crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.inference.dedicated",
 		ProviderID: "anything", Name: "llm", IdempotencyKey: "adopt-llm"})
 	mustCode(t, "adopting what books quota", err, core.CodeUnsupported, "quotaBooked")
