@@ -103,6 +103,18 @@ func TestCloudResourcesDataPolicyOnRealDrafts(t *testing.T) {
 	if core.AsError(err).Code != core.CodeAccessDenied {
 		t.Fatalf("an app under the data policy = %v", err)
 	}
+	// description is better-compute's alone: set, then cleared by null;
+	// every update bumps version.
+	desc := "the orders database"
+	up, err := cloudresources.Update.Call(ctx, c, cloudresources.UpdateInput{TenantID: "acme", ResourceID: db.ID, Description: &desc})
+	if err != nil || up.Description != desc || up.Version != db.Version+1 || up.State != "pending" {
+		t.Fatalf("a description update = %+v, %v", up, err)
+	}
+	var cleared cloudresources.Resource
+	if err := c.Call(ctx, "cloudResources.update", map[string]any{"tenantId": "acme", "resourceId": db.ID, "description": nil}, &cleared); err != nil ||
+		cleared.Description != "" || cleared.Version != up.Version+1 {
+		t.Fatalf("description null = %+v, %v", cleared, err)
+	}
 	l, err := cloudresources.List.Call(ctx, c, cloudresources.ListInput{TenantID: "acme", IncludeDeleted: true})
 	if err != nil || len(l.Items) != 1 || l.Items[0].ID != db.ID {
 		t.Fatalf("list after a refusal = %+v, %v", l, err)

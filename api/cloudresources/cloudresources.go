@@ -94,7 +94,7 @@ type UpdateInput struct {
 	TenantID    string          `json:"tenantId" jsonschema:"required" id:"tenant"`
 	ResourceID  string          `json:"resourceId" jsonschema:"required" id:"crs"`
 	Spec        json.RawMessage `json:"spec,omitempty" jsonschema:"type=object"`
-	Description *string         `json:"description,omitempty" jsonschema:"maxLength=256"`
+	Description *string         `json:"description,omitempty" jsonschema:"nullable,maxLength=256"`
 }
 
 // The methods.

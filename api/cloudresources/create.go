@@ -25,6 +25,10 @@ func (m methods) draft(ctx context.Context, c *rpc.Call, tx store.Tx, draftID st
 	if err != nil {
 		return store.AuthzResource{}, err
 	}
+	if p.ArchivedAt != nil {
+		return store.AuthzResource{}, core.Errorf(core.CodeInvalidState, "pool %s is archived", p.ID).
+			WithDetails(map[string]any{"reason": "archived"})
+	}
 	man, err := m.servedKind(set, acct, in.Kind)
 	if err != nil {
 		return store.AuthzResource{}, err
@@ -195,6 +199,9 @@ func (m methods) completeDraft(ctx context.Context, c *rpc.Call, tx store.Tx) (R
 // create does; a change outside the kind's updatable fields is
 // INVALID_STATE reason replaceRequired with the fields.
 func (m methods) update(ctx context.Context, c *rpc.Call, tx store.Tx, in UpdateInput) (Resource, error) {
+	if in.Description == nil && nullDescription(c.Input) {
+		in.Description = new(string) // null clears it
+	}
 	return domain.Update(ctx, tx, c.TenantID, in.ResourceID, in.Spec != nil, func(r Resource) (domain.Change, error) {
 		ch := domain.Change{Description: in.Description}
 		if in.Spec == nil {
@@ -226,6 +233,16 @@ func (m methods) update(ctx context.Context, c *rpc.Call, tx store.Tx, in Update
 		ch.Booking, err = bookingOf(man, merged)
 		return ch, err
 	})
+}
+
+// nullDescription says whether the input names description as null.
+func nullDescription(input json.RawMessage) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(input, &fields) != nil {
+		return false
+	}
+	v, ok := fields["description"]
+	return ok && string(v) == "null"
 }
 
 // mergeSpec merges patch onto spec as a JSON merge patch (RFC 7386): an
