@@ -21,6 +21,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	rules "github.com/better-compute/better-compute/core/cloudresources"
 	drivers "github.com/better-compute/better-compute/drivers/cloudresources"
+	"github.com/better-compute/better-compute/drivers/providers/dofake"
 	"github.com/better-compute/better-compute/internal/testutil"
 )
 
@@ -147,9 +148,7 @@ func TestCloudResourceRules(t *testing.T) {
 
 	// Another tenant's resource: the decision refuses before the lookup.
 	_, err = crs.Get.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: own.ID})
-	if code := core.AsError(err).Code; code != core.CodeAccessDenied && code != core.CodeNotFound {
-		t.Fatalf("acme reading root's resource = %v", err)
-	}
+	mustCode(t, "acme reading root's resource", err, core.CodeAccessDenied, "")
 
 	// maxPerKind: one Functions namespace here.
 	ns, err := call(demoTenant, crs.CreateInput{Kind: "do.functions.namespace", Name: "fns", Spec: json.RawMessage(`{"region":"nyc3"}`)})
@@ -246,7 +245,11 @@ func TestCloudResourceRules(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// update and delete on a resource being deleted.
+	// update and delete on a resource being deleted (the provider's
+	// deletes fail meanwhile, so it stays deleting).
+	if err := c.fake.Inject(dofake.Fault{Method: "DELETE", Path: "/v2/databases/*", Kind: dofake.FaultStatus, Status: 500, Count: dofake.Always}); err != nil {
+		t.Fatal(err)
+	}
 	del, err := crs.Delete.Call(ctx, c.demo, crs.ResourceInput{TenantID: demoTenant, ResourceID: cluster.ID})
 	if err != nil || del.State != "deleting" {
 		t.Fatalf("delete = %+v, %v", del, err)
@@ -256,7 +259,8 @@ func TestCloudResourceRules(t *testing.T) {
 		t.Fatalf("a second delete = %+v, %v", again, err)
 	}
 	_, err = crs.Update.Call(ctx, c.demo, crs.UpdateInput{TenantID: demoTenant, ResourceID: cluster.ID, Spec: json.RawMessage(`{"size":"db-s-1vcpu-2gb"}`)})
-	mustCode(t, "updating a resource being deleted", err, core.CodeInvalidState, "")
+	mustCode(t, "updating a resource being deleted", err, core.CodeInvalidState, "deleted")
+	c.fake.ClearFaults()
 
 	// adopt's refusals on the root tenant's own account.
 	_, err = crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.database.pg",
@@ -276,6 +280,59 @@ func TestCloudResourceRules(t *testing.T) {
 	_, err = crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.database.pg",
 		ProviderID: other.ID, Name: "elsewhere", IdempotencyKey: "adopt-elsewhere"})
 	mustCode(t, "adopting another deployment's cluster", err, core.CodeInvalidState, "managedByAnother")
+
+	// A takeover that cannot complete (the provider refuses every tag
+	// write with 500s): the spec cannot change, the description can, and a
+	// delete lets it go without a provider call.
+	legacy, _, err := c.fakeClient(t).Databases.Create(ctx, &godo.DatabaseCreateRequest{Name: "legacy-stuck", EngineSlug: "pg", Version: "16",
+		SizeSlug: "db-s-1vcpu-1gb", Region: "nyc3", NumNodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fake.Inject(dofake.Fault{Method: "POST", Path: "/v2/tags/*/resources", Kind: dofake.FaultStatus, Status: 500, Count: dofake.Always}); err != nil {
+		t.Fatal(err)
+	}
+	stuck, err := crs.Adopt.Call(ctx, c.admin, crs.AdoptInput{TenantID: rootTenant, PoolID: c.pool, Kind: "do.database.pg",
+		ProviderID: legacy.ID, Name: "legacy-stuck", IdempotencyKey: "adopt-stuck"})
+	if err != nil || !stuck.Adopting {
+		t.Fatalf("adopt = %+v, %v", stuck, err)
+	}
+	_, err = crs.Update.Call(ctx, c.admin, crs.UpdateInput{TenantID: rootTenant, ResourceID: stuck.ID, Spec: json.RawMessage(`{"size":"db-s-1vcpu-2gb"}`)})
+	mustCode(t, "a spec change before the takeover", err, core.CodeInvalidState, "adopting")
+	note := "being taken over"
+	if _, err := crs.Update.Call(ctx, c.admin, crs.UpdateInput{TenantID: rootTenant, ResourceID: stuck.ID, Description: &note}); err != nil {
+		t.Fatalf("a description change before the takeover: %v", err)
+	}
+	let, err := crs.Delete.Call(ctx, c.admin, crs.ResourceInput{TenantID: rootTenant, ResourceID: stuck.ID})
+	if err != nil || let.State != "released" {
+		t.Fatalf("deleting an adoption that never completed = %+v, %v", let, err)
+	}
+	c.fake.ClearFaults()
+	if _, _, err := c.fakeClient(t).Databases.Get(ctx, legacy.ID); err != nil {
+		t.Fatalf("the let-go cluster is gone at the provider: %v", err)
+	}
+
+	// A delete overrides a release the provider has not done yet.
+	rootDB, err := call(rootTenant, pg("root-db", okSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.await(t, rootTenant, rootDB.ID, "ready")
+	if err := c.fake.Inject(dofake.Fault{Method: "DELETE", Path: "/v2/tags/*/resources", Kind: dofake.FaultStatus, Status: 500, Count: dofake.Always}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := crs.Release.Call(ctx, c.admin, crs.ResourceInput{TenantID: rootTenant, ResourceID: rootDB.ID}); err != nil || r.Desired != "released" {
+		t.Fatalf("release = %+v, %v", r, err)
+	}
+	over, err := crs.Delete.Call(ctx, c.admin, crs.ResourceInput{TenantID: rootTenant, ResourceID: rootDB.ID})
+	if err != nil || over.State != "deleting" || over.Desired != "deleted" {
+		t.Fatalf("a delete over a release = %+v, %v", over, err)
+	}
+	c.fake.ClearFaults()
+	c.await(t, rootTenant, rootDB.ID, "gone")
+	if _, _, err := c.fakeClient(t).Databases.Get(ctx, over.ProviderID); err == nil {
+		t.Fatal("the deleted cluster still exists at the provider")
+	}
 
 	// signals: acme sees those about its own resources, the account's
 	// owner every one; malformed ones are dropped; one answer serves 30 s.
