@@ -304,6 +304,18 @@ func TestCloudResourcesOnTheDevStack(t *testing.T) {
 	if n := c.fake.Created(dofake.KindDatabases) - before; n != 1 {
 		t.Fatalf("a lost create made %d clusters, want 1", n)
 	}
+	// Its password was lost with the answer: the reconciler has a new one
+	// issued (reset_auth) and sealed. The same for a user.
+	if err := c.fake.Inject(dofake.Fault{Method: "POST", Path: "/v2/databases/*/users", Kind: dofake.FaultApplyThenDrop}); err != nil {
+		t.Fatal(err)
+	}
+	lostUser := c.create(t, crs.CreateInput{Kind: "do.database.pg.user", Name: "lost-app", ParentID: lost.ID, Spec: json.RawMessage(`{"name":"app"}`)})
+	for _, id := range []string{lost.ID, lostUser.ID} {
+		testutil.Eventually(t, resourceWait, id+"'s secret outputs issued again", func() bool {
+			r := c.get(t, demoTenant, id)
+			return r.State == "ready" && r.SecretOutputs["password"] != "" && r.SecretOutputs["uri"] != ""
+		})
+	}
 
 	// A drift loop: the provider rewrites the size after every fix.
 	if err := c.fake.Drift(dofake.DriftRule{Kind: dofake.KindDatabases, ID: lost.ProviderID, Field: "size", Value: "db-s-2vcpu-4gb"}); err != nil {

@@ -354,6 +354,9 @@ func (a *Resources) presentStep(ctx context.Context, rd round) error {
 	if t.ObserveOnly {
 		return a.record(ctx, rd, obs, domain.Observation{SpecReported: obs.Spec, Applied: t.Version})
 	}
+	if err := a.reissueLostSecrets(ctx, rd, ref, &obs); err != nil {
+		return err
+	}
 	drifted := driftedFields(rd.manifest, rd.spec, obs.Spec)
 	hash, rotated, err := a.secretsChanged(t, rd.secrets)
 	if err != nil {
@@ -395,6 +398,27 @@ func (a *Resources) presentStep(ctx context.Context, rd round) error {
 		applied = t.Version
 	}
 	return a.record(ctx, rd, updated, domain.Observation{Applied: applied, SecretsHash: hash})
+}
+
+// reissueLostSecrets asks the provider for new secret outputs of a
+// resource this deployment created whose answer carrying them was lost
+// (found again by name and owner): they are sealed with this round's
+// observation. A provider that cannot issue them again leaves the
+// resource without them.
+func (a *Resources) reissueLostSecrets(ctx context.Context, rd round, ref drivers.Ref, obs *drivers.Observed) error {
+	rot, ok := rd.res.(drivers.SecretRotator)
+	if !ok || rd.t.Adopted || len(rd.manifest.SecretOutputs) == 0 || len(rd.t.SecretOutputs) > 0 || !obs.Ready {
+		return nil
+	}
+	values, err := rot.RotateSecrets(ctx, ref)
+	if errors.Is(err, providers.ErrRefused) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	obs.Secrets = values
+	return nil
 }
 
 // createStep creates the resource, unless a create whose answer was lost

@@ -177,3 +177,12 @@ func multiLine(s string) bool { return strings.ContainsAny(s, "\r\n\u2028\u2029"
 type InstanceResolver interface {
 	ResolveInstances(kind string, spec json.RawMessage, servers map[string]string) (json.RawMessage, error)
 }
+
+// SecretRotator is the optional interface of a provider that can issue a
+// resource's secret outputs again (a database user's new password): the
+// reconciler's way back when the answer that carried them was lost.
+type SecretRotator interface {
+	// RotateSecrets answers new secret outputs of the resource, or
+	// ErrRefused for a kind whose secrets cannot be issued again.
+	RotateSecrets(ctx context.Context, ref Ref) (SecretValues, error)
+}

@@ -485,6 +485,36 @@ func (r *Resources) getChild(ctx context.Context, kind, parent, name string) (cl
 	return cloudresources.Observed{}, unsupported(kind)
 }
 
+// RotateSecrets implements cloudresources.SecretRotator for a cluster (its
+// admin user) and a database user: reset_auth issues a new password, and
+// the URIs are written with it.
+func (r *Resources) RotateSecrets(ctx context.Context, ref cloudresources.Ref) (cloudresources.SecretValues, error) {
+	clusterID, user := ref.ProviderID, "doadmin"
+	switch ref.Kind {
+	case KindCluster:
+	case KindUser:
+		clusterID, user = ref.ParentProviderID, ref.ProviderID
+	default:
+		return nil, refused("the secrets of a %s cannot be issued again", ref.Kind)
+	}
+	db, _, err := r.client.Databases.Get(ctx, clusterID)
+	if err != nil {
+		return nil, doprovider.MapError("reading database cluster "+clusterID, err)
+	}
+	u, _, err := r.client.Databases.ResetUserAuth(ctx, clusterID, user, &godo.DatabaseResetUserAuthRequest{})
+	if err != nil {
+		return nil, doprovider.MapError("resetting the password of "+user+" in "+clusterID, err)
+	}
+	out := cloudresources.SecretValues{"password": u.Password}
+	if c := db.Connection; c != nil {
+		out["uri"] = postgresURI(user, u.Password, c.Host, strconv.Itoa(c.Port), c.Database)
+	}
+	if c := db.PrivateConnection; c != nil && c.Host != "" {
+		out["privateUri"] = postgresURI(user, u.Password, c.Host, strconv.Itoa(c.Port), c.Database)
+	}
+	return out, nil
+}
+
 // ResolveInstances implements cloudresources.InstanceResolver: a
 // firewall's instances become droplet rules after its own rules.
 func (r *Resources) ResolveInstances(kind string, raw json.RawMessage, servers map[string]string) (json.RawMessage, error) {

@@ -299,30 +299,31 @@ func (f *Fake) databaseRoutes() map[string]handler {
 	}
 	st := &f.st
 	return map[string]handler{
-		"POST /v2/databases":                        f.createCluster,
-		"GET /v2/databases":                         f.listClusters,
-		"GET /v2/databases/{id}":                    f.getCluster,
-		"DELETE /v2/databases/{id}":                 f.deleteCluster,
-		"PUT /v2/databases/{id}/resize":             f.resizeCluster,
-		"POST /v2/databases/{id}/users":             f.createDBUser,
-		"GET /v2/databases/{id}/users":              users.list(st),
-		"GET /v2/databases/{id}/users/{name}":       users.get(st),
-		"DELETE /v2/databases/{id}/users/{name}":    users.delete(st, adminUser),
-		"POST /v2/databases/{id}/dbs":               f.createDB,
-		"GET /v2/databases/{id}/dbs":                dbs.list(st),
-		"GET /v2/databases/{id}/dbs/{name}":         dbs.get(st),
-		"DELETE /v2/databases/{id}/dbs/{name}":      dbs.delete(st, nil),
-		"POST /v2/databases/{id}/pools":             f.createPool,
-		"GET /v2/databases/{id}/pools":              pools.list(st),
-		"GET /v2/databases/{id}/pools/{name}":       pools.get(st),
-		"PUT /v2/databases/{id}/pools/{name}":       f.updatePool,
-		"DELETE /v2/databases/{id}/pools/{name}":    pools.delete(st, nil),
-		"GET /v2/databases/{id}/firewall":           f.getFirewall,
-		"PUT /v2/databases/{id}/firewall":           f.putFirewall,
-		"POST /v2/databases/{id}/replicas":          f.createReplica,
-		"GET /v2/databases/{id}/replicas":           replicas.list(st),
-		"GET /v2/databases/{id}/replicas/{name}":    replicas.get(st),
-		"DELETE /v2/databases/{id}/replicas/{name}": replicas.delete(st, nil),
+		"POST /v2/databases":                              f.createCluster,
+		"GET /v2/databases":                               f.listClusters,
+		"GET /v2/databases/{id}":                          f.getCluster,
+		"DELETE /v2/databases/{id}":                       f.deleteCluster,
+		"PUT /v2/databases/{id}/resize":                   f.resizeCluster,
+		"POST /v2/databases/{id}/users":                   f.createDBUser,
+		"POST /v2/databases/{id}/users/{name}/reset_auth": f.resetDBUserAuth,
+		"GET /v2/databases/{id}/users":                    users.list(st),
+		"GET /v2/databases/{id}/users/{name}":             users.get(st),
+		"DELETE /v2/databases/{id}/users/{name}":          users.delete(st, adminUser),
+		"POST /v2/databases/{id}/dbs":                     f.createDB,
+		"GET /v2/databases/{id}/dbs":                      dbs.list(st),
+		"GET /v2/databases/{id}/dbs/{name}":               dbs.get(st),
+		"DELETE /v2/databases/{id}/dbs/{name}":            dbs.delete(st, nil),
+		"POST /v2/databases/{id}/pools":                   f.createPool,
+		"GET /v2/databases/{id}/pools":                    pools.list(st),
+		"GET /v2/databases/{id}/pools/{name}":             pools.get(st),
+		"PUT /v2/databases/{id}/pools/{name}":             f.updatePool,
+		"DELETE /v2/databases/{id}/pools/{name}":          pools.delete(st, nil),
+		"GET /v2/databases/{id}/firewall":                 f.getFirewall,
+		"PUT /v2/databases/{id}/firewall":                 f.putFirewall,
+		"POST /v2/databases/{id}/replicas":                f.createReplica,
+		"GET /v2/databases/{id}/replicas":                 replicas.list(st),
+		"GET /v2/databases/{id}/replicas/{name}":          replicas.get(st),
+		"DELETE /v2/databases/{id}/replicas/{name}":       replicas.delete(st, nil),
 	}
 }
 
@@ -606,6 +607,24 @@ func (f *Fake) createDBUser(r *http.Request, now time.Time) (int, any) {
 	u := &dbUser{name: name, role: "normal", password: newSecret("AVNS_"), listedAt: now.Add(f.st.settings.ListLag)}
 	c.users = append(c.users, u)
 	return http.StatusCreated, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role, Password: u.password}}
+}
+
+// resetDBUserAuth gives a user (the admin too) a new password, answered
+// once, as DigitalOcean's reset_auth does.
+func (f *Fake) resetDBUserAuth(r *http.Request, now time.Time) (int, any) {
+	c, status, body := f.st.onlineCluster(r)
+	if c == nil {
+		return status, body
+	}
+	u := findChild(c.users, r.PathValue("name"))
+	if u == nil {
+		return fail(http.StatusNotFound, "user %q not found.", r.PathValue("name"))
+	}
+	u.password = newSecret("AVNS_")
+	if u.role == "primary" {
+		c.adminPassword = u.password
+	}
+	return http.StatusOK, map[string]any{"user": wireDBUser{Name: u.name, Role: u.role, Password: u.password}}
 }
 
 func (f *Fake) createDB(r *http.Request, now time.Time) (int, any) {
