@@ -142,7 +142,9 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 					row, err := m.draft(ctx, c, tx, draftID, in)
 					return iam.Resource{Type: row.Type, ID: row.ID}, err
 				},
-				Complete: m.complete,
+				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) (Resource, error) {
+					return m.complete(ctx, c, tx)
+				},
 				Denied: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) error {
 					return domain.Deny(ctx, tx, c.TenantID, c.Resource.ID)
 				},
@@ -190,7 +192,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 					return iam.Resource{Type: row.Type, ID: row.ID}, err
 				},
 				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ AdoptInput) (Resource, error) {
-					return m.completeDraft(ctx, c, tx)
+					return m.complete(ctx, c, tx)
 				},
 				Denied: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ AdoptInput) error {
 					return domain.Deny(ctx, tx, c.TenantID, c.Resource.ID)

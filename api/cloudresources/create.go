@@ -182,17 +182,9 @@ func bookingOf(man *drivers.Manifest, spec json.RawMessage) (*domain.Booking, er
 	return &domain.Booking{Quota: b.Quota, Amount: b.Amount}, nil
 }
 
-// complete admits a decided create (store/cloudresources.Complete).
-func (m methods) complete(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) (Resource, error) {
-	return m.completeDraft(ctx, c, tx)
-}
-
-func (m methods) completeDraft(ctx context.Context, c *rpc.Call, tx store.Tx) (Resource, error) {
-	var kind string
-	if err := tx.QueryRow(ctx, `SELECT kind FROM cloud_resources WHERE id = $1`, c.Resource.ID).Scan(&kind); err != nil {
-		return Resource{}, err
-	}
-	return domain.Complete(ctx, tx, c.TenantID, c.Resource.ID, domain.Limits{MaxOfKind: m.d.CloudResources.Quotas.Of(kind)})
+// complete admits a decided create or adopt (store/cloudresources.Complete).
+func (m methods) complete(ctx context.Context, c *rpc.Call, tx store.Tx) (Resource, error) {
+	return domain.Complete(ctx, tx, c.TenantID, c.Resource.ID, domain.Limits{Quotas: m.d.CloudResources.Quotas})
 }
 
 // update merges the spec onto the stored one and checks the result as

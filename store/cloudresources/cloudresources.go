@@ -64,7 +64,6 @@ type Resource struct {
 
 	identity     *string
 	createSentAt int64
-	acceptedAt   int64
 	readyAt      int64
 	driftField   string
 	driftCount   int
@@ -84,8 +83,8 @@ var columns = `id, tenant_id, owner_identity_id, project_id, pool_id, provider_a
 	description, COALESCE(parent_id, ''), region, spec, version, applied_version, state, desired, message, reason,
 	provider_id, provider_status, outputs, secret_outputs, adopted, (adopted AND taken_over_at IS NULL), observe_only,
 	booked_quota, booked_amount, ` + msOf("created_at") + `, ` + msOf("updated_at") + `, COALESCE(` + msOf("ended_at") + `, 0),
-	identity, COALESCE(` + msOf("create_sent_at") + `, 0), COALESCE(` + msOf("accepted_at") + `, 0),
-	COALESCE(` + msOf("ready_at") + `, 0), drift_field, drift_count, secrets_sent_hash, authz_type`
+	identity, COALESCE(` + msOf("create_sent_at") + `, 0),
+	COALESCE(` + msOf("ready_at") + `, 0), secrets_sent_hash, authz_type`
 
 func scan(row pgx.Row) (Resource, error) {
 	var r Resource
@@ -95,7 +94,7 @@ func scan(row pgx.Row) (Resource, error) {
 		&r.Kind, &r.Family, &r.Name, &r.Description, &r.ParentID, &r.Region, &r.Spec, &r.Version, &r.AppliedVersion,
 		&r.State, &r.Desired, &r.Message, &r.Reason, &r.ProviderID, &r.ProviderStatus, &r.Outputs, &r.SecretOutputs,
 		&r.Adopted, &r.Adopting, &r.ObserveOnly, &quota, &amount, &r.CreatedAt, &r.UpdatedAt, &r.EndedAt,
-		&r.identity, &r.createSentAt, &r.acceptedAt, &r.readyAt, &r.driftField, &r.driftCount, &r.secretsHash, &r.authzType)
+		&r.identity, &r.createSentAt, &r.readyAt, &r.secretsHash, &r.authzType)
 	if err != nil {
 		return Resource{}, err
 	}

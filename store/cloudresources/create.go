@@ -122,8 +122,8 @@ func liveParent(ctx context.Context, tx store.Tx, tenantID string, in Request, l
 
 // Limits are what a create is held to after the decision.
 type Limits struct {
-	// MaxOfKind is the tenant's cap of the kind (rules.Quotas.Of).
-	MaxOfKind int
+	// Quotas are the module's caps of each kind.
+	Quotas rules.Quotas
 }
 
 // Complete admits the decided draft: under the tenant's kind lock, its
@@ -186,7 +186,7 @@ func Complete(ctx context.Context, tx store.Tx, tenantID, id string, limits Limi
 		AND state NOT IN ('draft', 'denied', 'deleted', 'released')`, tenantID, r.Kind).Scan(&count); err != nil {
 		return Resource{}, err
 	}
-	if limit := limits.MaxOfKind; count >= limit {
+	if limit := limits.Quotas.Of(r.Kind); count >= limit {
 		return Resource{}, core.Errorf(core.CodeQuotaExceeded, "the tenant holds %d of its %d %s resources", count, limit, r.Kind).
 			WithDetails(map[string]any{"resource": r.Kind, "limit": limit, "inUse": count})
 	}

@@ -33,9 +33,6 @@ type Target struct {
 	CreateSentAgo time.Duration
 	// SecretsHash is the hash of the SecretRefs' values last sent.
 	SecretsHash string
-	// DriftField and DriftCount are the drift-loop breaker's memory.
-	DriftField string
-	DriftCount int
 }
 
 // LoadTarget reads and locks the resource with its parent's provider id,
@@ -45,7 +42,7 @@ func LoadTarget(ctx context.Context, tx store.Tx, id string) (Target, error) {
 	if err != nil {
 		return Target{}, err
 	}
-	t := Target{Resource: r, SecretsHash: r.secretsHash, DriftField: r.driftField, DriftCount: r.driftCount}
+	t := Target{Resource: r, SecretsHash: r.secretsHash}
 	if r.createSentAt > 0 {
 		t.CreateSent = true
 		var ms int64
