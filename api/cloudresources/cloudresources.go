@@ -137,19 +137,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Phase: "v1.0", Kind: core.KindRead, Direct: m.signalsOf},
 		&rpc.Method[CreateInput, Resource]{Name: Create, Action: "compute:cloud-resources:create", DecidedOn: "compute-cloud-resource",
 			Phase: "v1.0", Kind: core.KindAdmission,
-			Admission: &rpc.Admission[CreateInput, Resource]{
-				Prepare: func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in CreateInput) (iam.Resource, error) {
-					row, err := m.draft(ctx, c, tx, draftID, in)
-					return iam.Resource{Type: row.Type, ID: row.ID}, err
-				},
-				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) (Resource, error) {
-					return m.complete(ctx, c, tx)
-				},
-				Denied: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) error {
-					return domain.Deny(ctx, tx, c.TenantID, c.Resource.ID)
-				},
-				Started: func(ctx context.Context, c *rpc.Call, _ CreateInput) error { return m.start(ctx, c) },
-			}},
+			Admission: draftAdmission(m, m.draft)},
 		&rpc.Method[ListInput, ResourceList]{Name: List, Action: read, DecidedOn: "compute-tenant + items",
 			Phase: "v1.0", Kind: core.KindRead,
 			List: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ListInput) (rpc.Page, error) {
@@ -186,19 +174,25 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			Phase: "v1.0", Kind: core.KindRead, Direct: m.discover},
 		&rpc.Method[AdoptInput, Resource]{Name: Adopt, Action: "compute:cloud-resources:create", DecidedOn: "compute-cloud-resource",
 			Phase: "v1.0", Kind: core.KindAdmission,
-			Admission: &rpc.Admission[AdoptInput, Resource]{
-				Prepare: func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in AdoptInput) (iam.Resource, error) {
-					row, err := m.adoptDraft(ctx, c, tx, draftID, in)
-					return iam.Resource{Type: row.Type, ID: row.ID}, err
-				},
-				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ AdoptInput) (Resource, error) {
-					return m.complete(ctx, c, tx)
-				},
-				Denied: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ AdoptInput) error {
-					return domain.Deny(ctx, tx, c.TenantID, c.Resource.ID)
-				},
-				Started: func(ctx context.Context, c *rpc.Call, _ AdoptInput) error { return m.start(ctx, c) },
-			}},
+			Admission: draftAdmission(m, m.adoptDraft)},
+	}
+}
+
+// draftAdmission is create's and adopt's admission: draft writes the
+// draft the decision is made on; the rest is shared.
+func draftAdmission[In any](m methods, draft func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in In) (store.AuthzResource, error)) *rpc.Admission[In, Resource] {
+	return &rpc.Admission[In, Resource]{
+		Prepare: func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in In) (iam.Resource, error) {
+			row, err := draft(ctx, c, tx, draftID, in)
+			return iam.Resource{Type: row.Type, ID: row.ID}, err
+		},
+		Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ In) (Resource, error) {
+			return m.complete(ctx, c, tx)
+		},
+		Denied: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ In) error {
+			return domain.Deny(ctx, tx, c.TenantID, c.Resource.ID)
+		},
+		Started: func(ctx context.Context, c *rpc.Call, _ In) error { return m.start(ctx, c) },
 	}
 }
 
