@@ -456,9 +456,10 @@ func Deny(ctx context.Context, tx store.Tx, tenantID, id string) error {
 // UNAVAILABLE a transient failure). A replay of a refused reservation
 // answers the refusal it recorded (Fail).
 //
-// Place does not check the tenant's limits: CheckLimits must run after it,
-// last in its transaction, so that the lock it holds to the commit is held
-// for as little as possible.
+// Place refuses a request the tenant's committed bookings already leave no
+// room for (each time it reads the free atoms), but takes no limits lock:
+// CheckLimits must run after it, last in its transaction, so that the lock
+// it holds to the commit is held for as little as possible.
 func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Reservation, error) {
 	r, err := Load(ctx, tx, tenantID, id, true)
 	if err != nil {
@@ -555,6 +556,13 @@ func placeAndBook(ctx context.Context, tx store.Tx, pool pools.Pool, r Reservati
 		round = attempt
 		if !read {
 			var err error
+			// A request over the tenant's limits by what others have
+			// committed is refused before it races them for atoms: the
+			// losers of a burst over the quota leave the race as soon as
+			// the winners commit, rather than exhaust their attempts.
+			if err := limitsHold(ctx, tx, r.TenantID, pool, r, r.Start, r.End, pool.Policy.MaxPending, false); err != nil {
+				return err
+			}
 			if nodes, err = capacity.FreeNodes(ctx, tx, pool.ID, req.Class, r.Start, r.End, false); err != nil {
 				return err
 			}
@@ -863,6 +871,14 @@ func checkLimits(ctx context.Context, tx store.Tx, tenantID string, pool pools.P
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "quota:"+tenantID+":"+pool.ID); err != nil {
 		return err
 	}
+	return limitsHold(ctx, tx, tenantID, pool, r, from, to, maxPending, booked)
+}
+
+// limitsHold is checkLimits' count, without its lock: under the lock it is
+// the decision; without it (placement's precheck) it sees only what other
+// transactions committed, so a refusal is final but a pass proves nothing.
+func limitsHold(ctx context.Context, tx store.Tx, tenantID string, pool pools.Pool, r Reservation, from, to int64, maxPending *int, booked bool) error {
+	offered := pool.TenantID != tenantID && pool.Offer != nil
 	if offered {
 		req := r.Devices
 		limit := pool.Offer.Quota[req.Class]
