@@ -16,6 +16,7 @@ import (
 	"github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/tunnels"
@@ -47,4 +48,5 @@ var Domains = []rpc.Domain{
 	tunnels.Domain(instancestore.TunnelTarget),
 	instances.Methods,
 	cloudresources.Methods,
+	sandboxes.Methods,
 }

@@ -11,16 +11,19 @@ import (
 	cloudresourcesact "github.com/better-compute/better-compute/activities/cloudresources"
 	healthact "github.com/better-compute/better-compute/activities/health"
 	instancesact "github.com/better-compute/better-compute/activities/instances"
+	sandboxesact "github.com/better-compute/better-compute/activities/sandboxes"
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/core"
+	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workflows/cloudresources"
 	"github.com/better-compute/better-compute/workflows/health"
 	"github.com/better-compute/better-compute/workflows/instances"
+	"github.com/better-compute/better-compute/workflows/sandboxes"
 	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
 	"github.com/better-compute/better-compute/workflows/nodes"
 	"github.com/better-compute/better-compute/workflows/reservations"
@@ -79,6 +82,20 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 			p.ConvergingEvery, p.SettledEvery = tuning.ConvergingEvery, tuning.SettledEvery
 			return cloudresourcesact.StartResource(ctx, c, ControlPlaneQueue, p)
 		}})
+	sandboxes.Register(r, &sandboxesact.Sandboxes{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue,
+		SandboxType: catalogOf(deps).FullName(coresandboxes.ResourceType)})
+}
+
+// catalogOf is deps' catalog, or the default one.
+func catalogOf(deps Deps) *core.Catalog {
+	if deps.Catalog != nil {
+		return deps.Catalog
+	}
+	catalog, err := core.DefaultCatalog()
+	if err != nil {
+		panic(fmt.Sprintf("the default catalog: %v", err)) // built in: cannot fail
+	}
+	return catalog
 }
 
 // metalStore is the metal activities' store over deps.Store (nil without
@@ -87,14 +104,7 @@ func metalStore(deps Deps) metalact.Store {
 	if deps.Store == nil {
 		return nil
 	}
-	catalog := deps.Catalog
-	if catalog == nil {
-		var err error
-		if catalog, err = core.DefaultCatalog(); err != nil {
-			panic(fmt.Sprintf("the default catalog: %v", err)) // built in: cannot fail
-		}
-	}
-	return metalact.NewDBStore(deps.Store, catalog)
+	return metalact.NewDBStore(deps.Store, catalogOf(deps))
 }
 
 // EnsureSchedules creates the control plane's Temporal schedules unless they
@@ -110,5 +120,8 @@ func EnsureSchedules(ctx context.Context, c client.Client) error {
 	if err := instances.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
 		return err
 	}
-	return cloudresources.EnsureSchedule(ctx, c, ControlPlaneQueue)
+	if err := cloudresources.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	return sandboxes.EnsureSchedule(ctx, c, ControlPlaneQueue)
 }

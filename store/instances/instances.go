@@ -85,7 +85,7 @@ type Instance struct {
 var columns = `i.id, i.tenant_id, i.owner_identity_id, i.project_id, i.pool_id, i.flavor_id, i.image_id, i.provider_image, i.name,
 	i.desired_state, i.state, i.generation, i.observed_generation, COALESCE(i.node_id, ''), i.address,
 	COALESCE(i.user_data_ref, ''), (i.user_data IS NOT NULL OR i.user_data_ref IS NOT NULL), i.command,
-	f.vcpu, f.memory_mib, f.gpus, f.runtime,
+	f.vcpu, f.memory_mib, f.gpus, CASE WHEN i.runtime <> '' THEN i.runtime ELSE f.runtime END,
 	COALESCE((SELECT a.atoms FROM allocations a WHERE a.instance_id = i.id AND a.released_at IS NULL), '{}'),
 	i.observed_error, i.failure, i.provider_server_id,
 	` + msOf("i.created_at") + `, ` + msOf("i.updated_at") + `, COALESCE(` + msOf("i.deleted_at") + `, 0),
@@ -473,4 +473,31 @@ func ProviderServers(ctx context.Context, tx store.Tx, tenantID, accountID strin
 		out[id] = server
 	}
 	return out, rows.Err()
+}
+
+// Workload is a sandbox's instance (store/sandboxes): it has no
+// authorization row of its own, since IAM decides on the sandbox, so
+// instances.* never list or answer it.
+type Workload struct {
+	ID, SandboxID, OwnerID, PoolID, FlavorID, ImageID, Name string
+	// Runtime is "" (the flavor's) or "gvisor" (a container flavor under
+	// runsc).
+	Runtime string
+	Command []string
+}
+
+// PlaceWorkload writes a sandbox's workload and places it as Place places
+// an admitted draft (the pool's offer terms, the node, the quota), in the
+// caller's transaction: the sandbox's admission decided on it.
+func PlaceWorkload(ctx context.Context, tx store.Tx, tenantID string, w Workload) (Instance, error) {
+	if w.Command == nil {
+		w.Command = []string{}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id, name,
+			desired_state, state, command, sandbox_id, runtime)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, $9, $10)`,
+		w.ID, tenantID, w.OwnerID, w.PoolID, w.FlavorID, w.ImageID, w.Name, w.Command, w.SandboxID, w.Runtime); err != nil {
+		return Instance{}, err
+	}
+	return Place(ctx, tx, tenantID, w.ID)
 }

@@ -16,7 +16,7 @@ import (
 // table is store/instances'; the NodeSpec reads it here, as it reads the
 // node's other sections.
 func specInstances(ctx context.Context, db store.DBTX, nodeID string) ([]nodespec.Instance, error) {
-	rows, err := db.Query(ctx, `SELECT i.id, i.generation, f.runtime, i.desired_state, f.vcpu, f.memory_mib, f.disk_gib,
+	rows, err := db.Query(ctx, `SELECT i.id, i.generation, CASE WHEN i.runtime <> '' THEN i.runtime ELSE f.runtime END, i.desired_state, f.vcpu, f.memory_mib, f.disk_gib,
 			im.id, im.format, im.sha256, im.size_bytes,
 			COALESCE((SELECT a.atoms FROM allocations a WHERE a.instance_id = i.id AND a.released_at IS NULL), '{}'),
 			i.command, (i.user_data IS NOT NULL OR i.user_data_ref IS NOT NULL)

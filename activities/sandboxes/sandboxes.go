@@ -1,0 +1,83 @@
+package sandboxes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	instancesact "github.com/better-compute/better-compute/activities/instances"
+	"github.com/better-compute/better-compute/store"
+	domain "github.com/better-compute/better-compute/store/sandboxes"
+)
+
+// Sandboxes are the sandbox workflow's activities. Each is one
+// transaction, so a worker killed inside one leaves nothing behind.
+type Sandboxes struct {
+	Store     *store.Store
+	Temporal  client.Client
+	TaskQueue string
+	// SandboxType is the sandbox type's full catalog name (the drafts'
+	// authorization rows the sweep deletes).
+	SandboxType string
+}
+
+// Step runs one step of the sandbox's lifetime (store/sandboxes.Step) and,
+// when the step ended the workload, tells the workload's workflow.
+func (a *Sandboxes) Step(ctx context.Context, id string) (Progress, error) {
+	var p domain.Progress
+	if err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		p, err = domain.Step(ctx, tx, id)
+		return err
+	}); err != nil {
+		return Progress{}, err
+	}
+	if p.InstanceID != "" && a.Temporal != nil && p.State != "live" {
+		if err := instancesact.Signal(ctx, a.Temporal, p.InstanceID, instancesact.SignalDesiredChanged); err != nil {
+			return Progress{}, err
+		}
+	}
+	return Progress{Ended: p.Ended, State: p.State, UntilDeadline: time.Duration(p.ExpiresAt-p.Now) * time.Millisecond}, nil
+}
+
+// reconcilePage bounds one page of the reconciler.
+const reconcilePage = 500
+
+// ReconcileGrace is how long an unstarted sandbox waits for the API's own
+// start before the reconciler makes it.
+const ReconcileGrace = 2 * time.Second
+
+// ReconcileSandboxes starts the workflows of live sandboxes (and their
+// workloads'): a closed run is started again, a running one kept. Then it
+// sweeps drafts older than an hour. It answers how many it started.
+func (a *Sandboxes) ReconcileSandboxes(ctx context.Context) (int, error) {
+	started, after := 0, ""
+	for {
+		var page []domain.Owed
+		if err := a.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+			page, err = domain.OwedWorkflows(ctx, tx, ReconcileGrace, true, after, reconcilePage)
+			return err
+		}); err != nil {
+			return started, err
+		}
+		for _, o := range page {
+			if err := StartSandbox(ctx, a.Temporal, a.TaskQueue, SandboxParams{TenantID: o.TenantID, SandboxID: o.SandboxID, PoolID: o.PoolID}); err != nil {
+				return started, fmt.Errorf("sandboxes: starting %s: %w", o.SandboxID, err)
+			}
+			if err := domain.WorkflowStarted(ctx, a.Store.Pool, o.SandboxID); err != nil {
+				return started, err
+			}
+			started++
+			after = o.SandboxID
+		}
+		if len(page) < reconcilePage {
+			break
+		}
+	}
+	err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		_, err := domain.SweepDrafts(ctx, tx, a.SandboxType, time.Hour)
+		return err
+	})
+	return started, err
+}

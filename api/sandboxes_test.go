@@ -1,0 +1,125 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/better-compute/better-compute/api/instances"
+	"github.com/better-compute/better-compute/api/sandboxes"
+	"github.com/better-compute/better-compute/core"
+	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
+)
+
+// Templates check what they name; a sandbox's TTL stays within its
+// template's maximum; its deadline moves only by extend; its workload is
+// an instance that instances.* never answer; another tenant sees none of
+// it.
+func TestSandboxesTemplatesAndLifetimes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.client(e.boot.UserToken)
+	p, nodeID, image, flavor := vpsPool(t, e)
+
+	// Template refusals: a VM runtime on a container flavor, a default above
+	// the maximum, an unknown image.
+	bad := []struct {
+		in     sandboxes.TemplateInput
+		code   core.Code
+		reason string
+	}{
+		{sandboxes.TemplateInput{Name: "vm", Runtime: coresandboxes.RuntimeVM, ImageID: image}, core.CodeInvalidInput, "flavorRuntime"},
+		{sandboxes.TemplateInput{Name: "ttl", DefaultTTLSeconds: 600, MaxTTLSeconds: 60, ImageID: image}, core.CodeInvalidInput, "aboveMax"},
+		{sandboxes.TemplateInput{Name: "img", ImageID: core.NewID("img")}, core.CodeNotFound, ""},
+	}
+	for _, b := range bad {
+		b.in.TenantID, b.in.PoolID, b.in.FlavorID = "acme", p.ID, flavor["small"]
+		_, err := sandboxes.CreateTemplate.Call(ctx, a, b.in)
+		if codeOf(err) != b.code || (b.reason != "" && core.AsError(err).Details["reason"] != b.reason) {
+			t.Fatalf("template %s = %v %+v, want %s %s", b.in.Name, err, core.AsError(err).Details, b.code, b.reason)
+		}
+	}
+	tpl, err := sandboxes.CreateTemplate.Call(ctx, a, sandboxes.TemplateInput{TenantID: "acme", Name: "py", PoolID: p.ID,
+		FlavorID: flavor["small"], ImageID: image, MaxTTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl.Runtime != "gvisor" || tpl.DefaultTTLSeconds != 300 || tpl.MaxTTLSeconds != 600 || tpl.TTLAction != "delete" || tpl.VCPU != 2 {
+		t.Fatalf("template = %+v", tpl)
+	}
+	if _, err := sandboxes.CreateTemplate.Call(ctx, a, sandboxes.TemplateInput{TenantID: "acme", Name: "py", PoolID: p.ID,
+		FlavorID: flavor["small"], ImageID: image}); codeOf(err) != core.CodeConflict {
+		t.Fatalf("same name = %v", err)
+	}
+
+	// A TTL above the template's maximum is refused before anything is made.
+	if _, err := sandboxes.Create.Call(ctx, a, sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "s0", TemplateID: tpl.ID,
+		TTLSeconds: 601}); codeOf(err) != core.CodeInvalidInput || core.AsError(err).Details["field"] != "ttlSeconds" {
+		t.Fatalf("ttl above max = %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM sandboxes WHERE state <> 'draft'`); n != 0 {
+		t.Fatalf("%d sandboxes after a refusal", n)
+	}
+
+	in := sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "s1", TemplateID: tpl.ID, TTLSeconds: 120}
+	s, err := sandboxes.Create.Call(ctx, a, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != "starting" || s.NodeID != nodeID || s.InstanceID == "" || s.Runtime != "gvisor" ||
+		s.ExpiresAt-s.CreatedAt < 119_000 || s.ExpiresAt-s.CreatedAt > 121_000 {
+		t.Fatalf("sandbox = %+v", s)
+	}
+	if again, err := sandboxes.Create.Call(ctx, a, in); err != nil || again.ID != s.ID || again.ExpiresAt != s.ExpiresAt {
+		t.Fatalf("replay = %+v, %v", again, err)
+	}
+	// The workload runs under gVisor on the node and is no instance of the API's.
+	if got := e.count(`SELECT count(*) FROM instances WHERE id = $1 AND runtime = 'gvisor' AND sandbox_id = $2 AND node_id = $3`,
+		s.InstanceID, s.ID, nodeID); got != 1 {
+		t.Fatalf("workload rows = %d", got)
+	}
+	if _, err := instances.Get.Call(ctx, a, instances.InstanceInput{TenantID: "acme", InstanceID: s.InstanceID}); codeOf(err) != core.CodeNotFound {
+		t.Fatalf("instances.get of the workload = %v", err)
+	}
+	if l, err := instances.List.Call(ctx, a, instances.ListInput{TenantID: "acme", Scope: "all"}); err != nil || len(l.Items) != 0 {
+		t.Fatalf("instances.list = %+v, %v", l, err)
+	}
+	// Another tenant: NOT_FOUND, and an empty list.
+	if _, err := sandboxes.Get.Call(ctx, e.client(e.globex), sandboxes.SandboxInput{TenantID: "globex", SandboxID: s.ID}); codeOf(err) != core.CodeNotFound {
+		t.Fatalf("globex get = %v", err)
+	}
+	if l, err := sandboxes.List.Call(ctx, a, sandboxes.ListInput{TenantID: "acme"}); err != nil || len(l.Items) != 1 {
+		t.Fatalf("list = %+v, %v", l, err)
+	}
+
+	// Exec before the workload runs: INVALID_STATE notRunning; neither it
+	// nor a read moves the deadline.
+	if _, err := sandboxes.Get.Call(ctx, a, sandboxes.SandboxInput{TenantID: "acme", SandboxID: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	// Extend: past the template's maximum, in the past, then within it.
+	for _, at := range []int64{s.CreatedAt + 601_000, s.CreatedAt - 1} {
+		if _, err := sandboxes.Extend.Call(ctx, a, sandboxes.ExtendInput{TenantID: "acme", SandboxID: s.ID, ExpiresAt: at}); codeOf(err) != core.CodeInvalidInput {
+			t.Fatalf("extend to %d = %v", at, err)
+		}
+	}
+	want := s.CreatedAt + 600_000
+	ext, err := sandboxes.Extend.Call(ctx, a, sandboxes.ExtendInput{TenantID: "acme", SandboxID: s.ID, ExpiresAt: want})
+	if err != nil || ext.ExpiresAt != want {
+		t.Fatalf("extend = %+v, %v", ext, err)
+	}
+
+	// A template live sandboxes run from cannot be deleted.
+	if _, err := sandboxes.DeleteTemplate.Call(ctx, a, sandboxes.TemplateRef{TenantID: "acme", TemplateID: tpl.ID}); codeOf(err) != core.CodeInvalidState {
+		t.Fatalf("template delete = %v", err)
+	}
+	del, err := sandboxes.Delete.Call(ctx, a, sandboxes.SandboxInput{TenantID: "acme", SandboxID: s.ID})
+	if err != nil || del.State != "deleting" || del.EndReason != "deleted" || del.ExpiresAt != want {
+		t.Fatalf("delete = %+v, %v", del, err)
+	}
+	if _, err := sandboxes.Extend.Call(ctx, a, sandboxes.ExtendInput{TenantID: "acme", SandboxID: s.ID, ExpiresAt: want}); codeOf(err) != core.CodeInvalidState {
+		t.Fatalf("extend while deleting = %v", err)
+	}
+	if got := e.count(`SELECT count(*) FROM instances WHERE id = $1 AND desired_state = 'deleted'`, s.InstanceID); got != 1 {
+		t.Fatalf("the workload is not being deleted")
+	}
+}
