@@ -11,10 +11,10 @@ import (
 	cloudresourcesact "github.com/better-compute/better-compute/activities/cloudresources"
 	healthact "github.com/better-compute/better-compute/activities/health"
 	instancesact "github.com/better-compute/better-compute/activities/instances"
-	sandboxesact "github.com/better-compute/better-compute/activities/sandboxes"
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
+	sandboxesact "github.com/better-compute/better-compute/activities/sandboxes"
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/drivers/providers"
@@ -23,10 +23,10 @@ import (
 	"github.com/better-compute/better-compute/workflows/cloudresources"
 	"github.com/better-compute/better-compute/workflows/health"
 	"github.com/better-compute/better-compute/workflows/instances"
-	"github.com/better-compute/better-compute/workflows/sandboxes"
 	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
 	"github.com/better-compute/better-compute/workflows/nodes"
 	"github.com/better-compute/better-compute/workflows/reservations"
+	"github.com/better-compute/better-compute/workflows/sandboxes"
 	"github.com/better-compute/better-compute/workflows/sites"
 )
 

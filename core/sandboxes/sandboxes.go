@@ -21,7 +21,9 @@ const (
 )
 
 // Enum implements core.Enumerated.
-func (Runtime) Enum() []string { return []string{string(RuntimeGVisor), string(RuntimeRunc), string(RuntimeVM)} }
+func (Runtime) Enum() []string {
+	return []string{string(RuntimeGVisor), string(RuntimeRunc), string(RuntimeVM)}
+}
 
 // FlavorRuntime is the flavor runtime (store/flavors) a template runtime needs.
 func (r Runtime) FlavorRuntime() string {
