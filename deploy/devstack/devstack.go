@@ -619,6 +619,7 @@ func (s *Stack) Banner() string {
 		{"VPS pool", described(s.vps.HostPoolID, " (vps-host: instances in runc and QEMU on "+hostAgent+"; flavors c1-m1, c2-m2, vm-c1-m512)")},
 		{"Provider pool", described(s.vps.ProviderPoolID, " (droplets at the fake DigitalOcean "+s.vps.ProviderURL+"; flavor s-1vcpu-1gb)")},
 		{"Demo image", described(s.vps.ImageID, " ("+demoImageName+"@"+demoImageVersion+", public: busybox httpd on port 8080)")},
+		{"Sandboxes", described(s.vps.SandboxTemplateID, " ("+s.tokens.TenantID+"'s template "+sandboxTemplate+": better-compute sandbox exec)")},
 	}...)
 	for _, r := range rows {
 		if r[1] == "" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/sandboxes"
 	apisecrets "github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/core"
+	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	coresecrets "github.com/better-compute/better-compute/core/secrets"
 	"github.com/better-compute/better-compute/drivers/providers/dofake"
 	"github.com/better-compute/better-compute/iam"
@@ -50,6 +53,8 @@ type VPSFleet struct {
 	ProviderPoolID string `json:"providerPoolId"`
 	AccountID      string `json:"providerAccountId"`
 	ImageID        string `json:"imageId,omitempty"`
+	// SandboxTemplateID is the demo tenant's sandbox template.
+	SandboxTemplateID string `json:"sandboxTemplateId,omitempty"`
 	// ProviderURL is the fake DigitalOcean API's base URL.
 	ProviderURL string `json:"providerUrl"`
 }
@@ -119,8 +124,54 @@ func (s *Stack) seedVPS(ctx context.Context) error {
 			return err
 		}
 	}
-	s.vps.ImageID, err = s.ensureDemoImage(ctx, admin)
+	if s.vps.ImageID, err = s.ensureDemoImage(ctx, admin); err != nil || s.vps.ImageID == "" {
+		return err
+	}
+	s.vps.SandboxTemplateID, err = s.ensureSandboxTemplate(ctx, host)
 	return err
+}
+
+// sandboxTemplate is the demo tenant's sandbox template: the demo image in
+// c1-m1, under gVisor where runsc is installed (runc otherwise).
+const sandboxTemplate = "demo-shell"
+
+// ensureSandboxTemplate makes (or finds) the demo user's sandbox template.
+func (s *Stack) ensureSandboxTemplate(ctx context.Context, hostPool string) (string, error) {
+	token, err := s.DemoToken()
+	if err != nil {
+		return "", err
+	}
+	demo := api.NewClient(s.apiURL, token)
+	tenant := s.tokens.TenantID
+	list, err := sandboxes.ListTemplates.Call(ctx, demo, sandboxes.TemplateListInput{TenantID: tenant})
+	if err != nil {
+		return "", fmt.Errorf("sandbox template: %w", err)
+	}
+	for _, t := range list.Items {
+		if t.Name == sandboxTemplate {
+			return t.ID, nil
+		}
+	}
+	fl, err := flavors.List.Call(ctx, demo, flavors.ListInput{TenantID: tenant, PoolID: hostPool})
+	if err != nil {
+		return "", fmt.Errorf("sandbox template: %w", err)
+	}
+	flavorID := ""
+	for _, f := range fl.Items {
+		if f.Name == "c1-m1" {
+			flavorID = f.ID
+		}
+	}
+	runtime := coresandboxes.RuntimeGVisor
+	if _, err := exec.LookPath("runsc"); err != nil {
+		runtime = coresandboxes.RuntimeRunc
+	}
+	t, err := sandboxes.CreateTemplate.Call(ctx, demo, sandboxes.TemplateInput{TenantID: tenant, Name: sandboxTemplate,
+		PoolID: hostPool, FlavorID: flavorID, ImageID: s.vps.ImageID, Runtime: runtime, MaxTTLSeconds: 3600})
+	if err != nil {
+		return "", fmt.Errorf("sandbox template: %w", err)
+	}
+	return t.ID, nil
 }
 
 func (s *Stack) ensurePool(ctx context.Context, admin *api.Client, in pools.CreateInput) (string, error) {
