@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/better-compute/better-compute/api/sandboxes"
+	"github.com/better-compute/better-compute/api/tunnels"
+	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/internal/testutil"
+)
+
+// createSandbox creates a sandbox of the dev stack's demo template as the
+// demo user.
+func (v *vpsStack) createSandbox(tb testing.TB, key string, ttl int) sandboxes.Sandbox {
+	tb.Helper()
+	s, err := sandboxes.Create.Call(context.Background(), v.demo, sandboxes.CreateInput{TenantID: demoTenant, IdempotencyKey: key,
+		TemplateID: v.s.VPS().SandboxTemplateID, TTLSeconds: ttl})
+	if err != nil {
+		tb.Fatalf("sandboxes.create: %v", err)
+	}
+	return s
+}
+
+// awaitSandbox waits for the sandbox's state (failing at once on failed).
+func (v *vpsStack) awaitSandbox(tb testing.TB, id, state string) sandboxes.Sandbox {
+	tb.Helper()
+	var got sandboxes.Sandbox
+	testutil.EventuallyNil(tb, instanceWait, func() error {
+		var err error
+		if got, err = sandboxes.Get.Call(context.Background(), v.demo, sandboxes.SandboxInput{TenantID: demoTenant, SandboxID: id}); err != nil {
+			tb.Fatal(err)
+		}
+		if got.State == "failed" && state != "failed" {
+			tb.Fatalf("sandbox %s failed: %s", id, got.Failure)
+		}
+		if got.State != state {
+			return fmt.Errorf("sandbox %s is %s, not %s", id, got.State, state)
+		}
+		return nil
+	})
+	return got
+}
+
+// exec runs command in the sandbox through sandboxes.exec and its tunnel.
+func (v *vpsStack) exec(tb testing.TB, id string, stdin string, command ...string) (stdout, stderr string, st tunnels.ExitStatus) {
+	tb.Helper()
+	ctx := context.Background()
+	opened, err := sandboxes.Exec.Call(ctx, v.demo, sandboxes.ExecInput{TenantID: demoTenant, SandboxID: id, Command: command})
+	if err != nil {
+		tb.Fatalf("sandboxes.exec %q: %v", command, err)
+	}
+	var out, errOut bytes.Buffer
+	st, err = tunnels.Exec(ctx, nil, v.s.APIURL()+opened.URL, opened.Token, strings.NewReader(stdin), &out, &errOut)
+	if err != nil {
+		tb.Fatalf("exec %q: %v", command, err)
+	}
+	return out.String(), errOut.String(), st
+}
+
+// expiresAt reads the sandbox's recorded deadline.
+func (v *vpsStack) expiresAt(tb testing.TB, id string) time.Time {
+	tb.Helper()
+	var at time.Time
+	if err := v.db.QueryRow(context.Background(), `SELECT expires_at FROM sandboxes WHERE id = $1`, id).Scan(&at); err != nil {
+		tb.Fatal(err)
+	}
+	return at
+}
+
+// A sandbox of the demo template starts, execs with streamed stdin,
+// stdout, stderr and exit codes (several at once), keeps its deadline
+// through execs, reads and a lost workflow, extends to an explicit
+// instant, ends at its TTL with its workload deleted, and refuses execs
+// once ended.
+func TestSandboxesOnTheDevStack(t *testing.T) {
+	v := startVPSStack(t)
+	ctx := context.Background()
+
+	s := v.createSandbox(t, "life", 600)
+	s = v.awaitSandbox(t, s.ID, "running")
+	deadline := v.expiresAt(t, s.ID)
+
+	out, errOut, st := v.exec(t, s.ID, "", "sh", "-c", "echo hello; echo oops >&2; exit 3")
+	if out != "hello\n" || errOut != "oops\n" || st.ExitCode != 3 {
+		t.Fatalf("exec = %q %q %+v", out, errOut, st)
+	}
+	if out, _, st := v.exec(t, s.ID, "from stdin\n", "cat"); out != "from stdin\n" || st.ExitCode != 0 {
+		t.Fatalf("cat = %q %+v", out, st)
+	}
+	// Concurrent execs in one sandbox.
+	done := make(chan string, 4)
+	for i := range 4 {
+		go func() {
+			opened, err := sandboxes.Exec.Call(ctx, v.demo, sandboxes.ExecInput{TenantID: demoTenant, SandboxID: s.ID,
+				Command: []string{"sh", "-c", fmt.Sprintf("sleep 0.2; echo %d", i)}})
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			var b bytes.Buffer
+			if _, err := tunnels.Exec(ctx, nil, v.s.APIURL()+opened.URL, opened.Token, strings.NewReader(""), &b, &b); err != nil {
+				done <- err.Error()
+				return
+			}
+			done <- b.String()
+		}()
+	}
+	got := map[string]bool{}
+	for range 4 {
+		got[<-done] = true
+	}
+	for i := range 4 {
+		if !got[fmt.Sprintf("%d\n", i)] {
+			t.Fatalf("concurrent execs answered %v", got)
+		}
+	}
+	// A timeout kills the command.
+	opened, err := sandboxes.Exec.Call(ctx, v.demo, sandboxes.ExecInput{TenantID: demoTenant, SandboxID: s.ID,
+		Command: []string{"sleep", "30"}, TimeoutSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tunnels.Exec(ctx, nil, v.s.APIURL()+opened.URL, opened.Token, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}); err != nil || !st.TimedOut {
+		t.Fatalf("timed-out exec = %+v, %v", st, err)
+	}
+	if now := v.expiresAt(t, s.ID); !now.Equal(deadline) {
+		t.Fatalf("the deadline moved from %s to %s with execs", deadline, now)
+	}
+
+	// extend moves it to the instant asked, within the template's maximum.
+	want := s.CreatedAt + 1_200_000
+	ext, err := sandboxes.Extend.Call(ctx, v.demo, sandboxes.ExtendInput{TenantID: demoTenant, SandboxID: s.ID, ExpiresAt: want})
+	if err != nil || ext.ExpiresAt != want || v.expiresAt(t, s.ID).UnixMilli() != want {
+		t.Fatalf("extend = %+v, %v", ext, err)
+	}
+
+	// A short-lived sandbox whose workflow is lost (terminated) still ends
+	// at its recorded deadline: the reconciler starts it again and it reads
+	// the row's deadline.
+	short := v.createSandbox(t, "short", 4)
+	shortDeadline := v.expiresAt(t, short.ID)
+	if err := v.s.Client().TerminateWorkflow(ctx, short.ID, "", "the test loses the workflow"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.s.Client().ScheduleClient().GetHandle(ctx, "sandboxes-reconciler").Trigger(ctx, client.ScheduleTriggerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ended := v.awaitSandbox(t, short.ID, "deleted")
+	if ended.EndReason != "ttl" || ended.EndedAt < shortDeadline.UnixMilli() || !v.expiresAt(t, short.ID).Equal(shortDeadline) {
+		t.Fatalf("short sandbox ended %+v (deadline %s)", ended, shortDeadline)
+	}
+	var workload string
+	if err := v.db.QueryRow(ctx, `SELECT state FROM instances WHERE id = $1`, ended.InstanceID).Scan(&workload); err != nil || workload != "deleted" {
+		t.Fatalf("the workload is %s, %v", workload, err)
+	}
+	if _, err := sandboxes.Exec.Call(ctx, v.demo, sandboxes.ExecInput{TenantID: demoTenant, SandboxID: short.ID,
+		Command: []string{"true"}}); core.AsError(err).Code != core.CodeInvalidState {
+		t.Fatalf("exec in an ended sandbox = %v", err)
+	}
+
+	if _, err := sandboxes.Delete.Call(ctx, v.demo, sandboxes.SandboxInput{TenantID: demoTenant, SandboxID: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if gone := v.awaitSandbox(t, s.ID, "deleted"); gone.EndReason != "deleted" {
+		t.Fatalf("deleted sandbox = %+v", gone)
+	}
+}
