@@ -19,6 +19,9 @@ const (
 	// address on the node's instance network, or 127.0.0.1:<port> on the
 	// node itself.
 	TunnelTCP = "tcp"
+	// TunnelExec runs Tunnel.Exec in an instance instead of dialing; the
+	// stream carries exec frames (execwire.go).
+	TunnelExec = "exec"
 )
 
 // Tunnel is the FrameTunnel frame.
@@ -27,6 +30,11 @@ type Tunnel struct {
 	ID      string    `json:"id"`
 	Target  string    `json:"target"`
 	Address string    `json:"address"`
+	// Exec is the command of an exec tunnel (Target TunnelExec).
+	Exec *ExecSpec `json:"exec,omitempty"`
+	// ExecOutputLimit bounds the stdout and stderr bytes an exec tunnel
+	// forwards, together (0: DefaultExecOutputLimit).
+	ExecOutputLimit int64 `json:"execOutputLimit,omitempty"`
 	// ExpiresAt is when an unopened tunnel stops being accepted, epoch ms.
 	ExpiresAt int64 `json:"expiresAt"`
 }

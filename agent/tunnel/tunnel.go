@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/better-compute/better-compute/agent/protocol"
@@ -40,7 +39,9 @@ type Opener struct {
 	// DialTimeout bounds the target's dial (DefaultDialTimeout).
 	DialTimeout time.Duration
 	// Dial dials the target (a net.Dialer's by default).
-	Dial   func(ctx context.Context, network, address string) (net.Conn, error)
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Execer runs exec tunnels' commands (nil: they are refused).
+	Execer Execer
 	Logger *slog.Logger
 }
 
@@ -56,6 +57,10 @@ func (o *Opener) Serve(ctx context.Context, client *http.Client, t protocol.Tunn
 		log.Warn("tunnel: refused a frame with a malformed id")
 		return
 	}
+	if t.Target == protocol.TunnelExec {
+		o.serveExec(ctx, client, t, log)
+		return
+	}
 	target, err := o.dial(ctx, t)
 	if err != nil {
 		log.Warn("tunnel: dial failed", "address", t.Address, "error", err)
@@ -63,7 +68,7 @@ func (o *Opener) Serve(ctx context.Context, client *http.Client, t protocol.Tunn
 		return
 	}
 	defer target.Close()
-	if err := o.splice(ctx, client, t.ID, target); err != nil {
+	if err := o.splice(ctx, client, t.ID, target, nil); err != nil {
 		log.Warn("tunnel: ended", "error", err)
 		return
 	}
@@ -114,9 +119,22 @@ func (o *Opener) report(ctx context.Context, client *http.Client, id, reason str
 	}
 }
 
+// drainTimeout bounds the wait, once the target's bytes are all in the
+// request body, for the gateway to end the response (its sign that it
+// read them).
+const drainTimeout = 30 * time.Second
+
 // splice opens the dial-back with the target's bytes as its request body
-// and copies its response body to the target.
-func (o *Opener) splice(ctx context.Context, client *http.Client, id string, target net.Conn) error {
+// and copies its response body to the target; up, when set, runs once the
+// gateway has taken the stream.
+//
+// Neither direction's end cancels the request: cancelling resets the
+// HTTP/2 stream, which drops the request body's bytes the transport has
+// not sent yet (a target that writes and closes at once lost its last
+// bytes so). The target's end closes the request body (END_STREAM after
+// its last bytes) and the splice returns once the gateway ends the
+// response; the response's end (the caller is gone) closes the target.
+func (o *Opener) splice(ctx context.Context, client *http.Client, id string, target net.Conn, up func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -125,30 +143,70 @@ func (o *Opener) splice(ctx context.Context, client *http.Client, id string, tar
 		return err
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	// Up: the target's bytes into the request body, from now on (the pipe
 	// blocks until the transport takes them).
-	wg.Add(1)
+	upDone := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(upDone)
 		_, err := io.Copy(pw, target)
-		_ = pw.CloseWithError(err)
-		cancel()
+		_ = pw.CloseWithError(err) // nil: EOF, the body ends after its last bytes
 	}()
-	defer target.Close() // unblocks the copy up when the stream ends first
+	// abort ends the up copy when the stream is gone: nothing more can
+	// be delivered.
+	abort := func(err error) {
+		_ = target.Close()
+		_ = pr.CloseWithError(err)
+		<-upDone
+	}
 	resp, err := client.Do(req)
 	if err != nil {
+		abort(err)
 		return fmt.Errorf("dial-back: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		abort(io.ErrClosedPipe)
 		return fmt.Errorf("dial-back refused: HTTP %d", resp.StatusCode)
 	}
-	// Down: the caller's bytes to the target.
-	_, err = io.Copy(target, resp.Body)
-	if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
-		return err
+	if up != nil {
+		up()
 	}
+	// Down: the caller's bytes to the target.
+	body := &endReader{r: resp.Body}
+	_, err = io.Copy(target, body)
+	if body.ended {
+		// The gateway ended the stream (the caller's side is gone).
+		abort(io.ErrClosedPipe)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	}
+	// The target stopped taking bytes: it is closing. Its last bytes still
+	// go up; the gateway ends the response once it has read them.
+	select {
+	case <-upDone:
+	case <-ctx.Done():
+		abort(ctx.Err())
+		return nil
+	}
+	timer := time.AfterFunc(drainTimeout, cancel)
+	defer timer.Stop()
+	_, _ = io.Copy(io.Discard, resp.Body)
 	return nil
+}
+
+// endReader notes that its reader ended (EOF or an error), which tells a
+// copy's read side ending from its write side failing.
+type endReader struct {
+	r     io.Reader
+	ended bool
+}
+
+func (e *endReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.ended = true
+	}
+	return n, err
 }

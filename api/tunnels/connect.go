@@ -102,7 +102,7 @@ func Connect(d ConnectDeps) gin.HandlerFunc {
 		}
 		log := httpx.Logger(c).With("tunnel", t.ID, "node", t.NodeID)
 		stream, err := d.Relay.DialTunnel(ctx, t.NodeID, protocol.Tunnel{Type: protocol.FrameTunnel, ID: t.ID,
-			Target: t.Target, Address: t.Address})
+			Target: t.Target, Address: t.Address, Exec: t.Exec, ExecOutputLimit: t.ExecOutputLimit})
 		if err != nil {
 			closeRow(d, log, t.ID, "dialFailed")
 			httpx.WriteError(c, err)

@@ -121,12 +121,8 @@ func open(ctx context.Context, d rpc.Deps, targets InstanceTargets, c *rpc.Call,
 		if nodeID, address, err = targets(ctx, tx, c.TenantID, in.InstanceID, in.Port); err != nil {
 			return Opened{}, err
 		}
-		connectivity, err := domain.NodeConnectivity(ctx, tx, nodeID)
-		if err != nil {
+		if err := checkConnected(ctx, tx, "instance "+in.InstanceID+"'s node", nodeID); err != nil {
 			return Opened{}, err
-		}
-		if connectivity != string(nodestate.Connected) {
-			return Opened{}, disconnected("instance "+in.InstanceID+"'s node", connectivity)
 		}
 	} else {
 		n, err := nodesdomain.Get(ctx, tx, c.TenantID, in.NodeID, false)
@@ -145,13 +141,66 @@ func open(ctx context.Context, d rpc.Deps, targets InstanceTargets, c *rpc.Call,
 		}
 		nodeID, address = n.ID, net.JoinHostPort("127.0.0.1", strconv.Itoa(in.Port))
 	}
+	return issue(ctx, d, tx, domain.NewTunnel{TenantID: c.TenantID, NodeID: nodeID, InstanceID: in.InstanceID,
+		Target: protocol.TunnelTCP, Address: address, TTL: ttl, OpenedBy: c.Caller.IdentityID})
+}
+
+// OpenExec opens an exec tunnel in tx, for another domain's method
+// (sandboxes.exec) that has decided on and checked the instance
+// spec.InstanceID, which runs on nodeID: the answer is tunnels.open's,
+// and the caller connects as to any tunnel (Exec is the client); the
+// stream then carries exec frames (docs/tunnels.md, "Exec"). The node
+// must be connected (INVALID_STATE reason disconnected). outputLimit
+// bounds stdout and stderr together (0: the agent's default,
+// protocol.DefaultExecOutputLimit); ttl is the unopened tunnel's (0: the
+// default; at most MaxTTLSeconds).
+func OpenExec(ctx context.Context, d rpc.Deps, c *rpc.Call, tx store.Tx, nodeID string, spec protocol.ExecSpec,
+	outputLimit int64, ttl time.Duration) (Opened, error) {
+	switch {
+	case spec.InstanceID == "":
+		return Opened{}, core.Errorf(core.CodeInvalidInput, "an exec names its instance").
+			WithDetails(map[string]any{"field": "instanceId", "reason": "required"})
+	case len(spec.Command) == 0:
+		return Opened{}, core.Errorf(core.CodeInvalidInput, "an exec names its command").
+			WithDetails(map[string]any{"field": "command", "reason": "required"})
+	case outputLimit < 0:
+		return Opened{}, core.Errorf(core.CodeInvalidInput, "the output limit is not negative").
+			WithDetails(map[string]any{"field": "outputLimitBytes", "reason": "minimum"})
+	case ttl > domain.MaxTTLSeconds*time.Second:
+		return Opened{}, core.Errorf(core.CodeInvalidInput, "an unopened tunnel lasts at most %d s", domain.MaxTTLSeconds).
+			WithDetails(map[string]any{"field": "ttlSeconds", "reason": "maximum"})
+	}
+	if ttl <= 0 {
+		ttl = domain.DefaultTTLSeconds * time.Second
+	}
+	if err := checkConnected(ctx, tx, "instance "+spec.InstanceID+"'s node", nodeID); err != nil {
+		return Opened{}, err
+	}
+	return issue(ctx, d, tx, domain.NewTunnel{TenantID: c.TenantID, NodeID: nodeID, InstanceID: spec.InstanceID,
+		Target: protocol.TunnelExec, Exec: &spec, ExecOutputLimit: outputLimit, TTL: ttl, OpenedBy: c.Caller.IdentityID})
+}
+
+// checkConnected refuses a tunnel through a node whose agent's session is
+// not up (the node may be another tenant's: an instance's pool owner's).
+func checkConnected(ctx context.Context, tx store.Tx, what, nodeID string) error {
+	connectivity, err := domain.NodeConnectivity(ctx, tx, nodeID)
+	if err != nil {
+		return err
+	}
+	if connectivity != string(nodestate.Connected) {
+		return disconnected(what, connectivity)
+	}
+	return nil
+}
+
+// issue records the tunnel nt with a new token and answers it.
+func issue(ctx context.Context, d rpc.Deps, tx store.Tx, nt domain.NewTunnel) (Opened, error) {
 	token, hash, err := domain.NewToken()
 	if err != nil {
 		return Opened{}, err
 	}
-	t, err := domain.Create(ctx, tx, domain.NewTunnel{TenantID: c.TenantID, NodeID: nodeID, InstanceID: in.InstanceID,
-		Target: protocol.TunnelTCP, Address: address, Hash: hash, TTL: ttl,
-		OpenedBy: c.Caller.IdentityID})
+	nt.Hash = hash
+	t, err := domain.Create(ctx, tx, nt)
 	if err != nil {
 		return Opened{}, err
 	}

@@ -51,6 +51,10 @@ func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
 	}
+	var x ExecExit
+	if errors.As(err, &x) {
+		return x.exitCode()
+	}
 	var u usageError
 	if errors.As(err, &u) || isCobraUsage(err) {
 		return ExitUsage

@@ -11,11 +11,14 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/core"
 	"github.com/better-compute/better-compute/store"
 )
@@ -53,6 +56,11 @@ type Tunnel struct {
 	ConnectedAt *time.Time
 	ClosedAt    *time.Time
 	CloseReason string
+	// Exec is an exec tunnel's command (Target protocol.TunnelExec), nil
+	// for a TCP tunnel; ExecOutputLimit bounds its output (0: the
+	// agent's default).
+	Exec            *protocol.ExecSpec
+	ExecOutputLimit int64
 }
 
 // tokenEncoding is lower-case base32 without padding, as the other
@@ -88,15 +96,25 @@ type NewTunnel struct {
 	Hash     []byte
 	TTL      time.Duration // from the database's now()
 	OpenedBy string
+	// Exec is set iff Target is protocol.TunnelExec (Address is then "").
+	Exec            *protocol.ExecSpec
+	ExecOutputLimit int64
 }
 
 const columns = `t.id, t.tenant_id, t.node_id, coalesce(t.instance_id, ''), t.target, t.address, t.opened_by,
-	t.created_at, t.expires_at, t.connected_at, t.closed_at, t.close_reason`
+	t.created_at, t.expires_at, t.connected_at, t.closed_at, t.close_reason, t.exec, t.exec_output_limit`
 
 func scan(row pgx.Row, more ...any) (Tunnel, error) {
 	var t Tunnel
+	var spec []byte
 	err := row.Scan(append([]any{&t.ID, &t.TenantID, &t.NodeID, &t.InstanceID, &t.Target, &t.Address, &t.OpenedBy,
-		&t.CreatedAt, &t.ExpiresAt, &t.ConnectedAt, &t.ClosedAt, &t.CloseReason}, more...)...)
+		&t.CreatedAt, &t.ExpiresAt, &t.ConnectedAt, &t.ClosedAt, &t.CloseReason, &spec, &t.ExecOutputLimit}, more...)...)
+	if err == nil && spec != nil {
+		t.Exec = &protocol.ExecSpec{}
+		if err := json.Unmarshal(spec, t.Exec); err != nil {
+			return Tunnel{}, fmt.Errorf("store: tunnel %s's exec: %w", t.ID, err)
+		}
+	}
 	return t, err
 }
 
@@ -106,14 +124,26 @@ func Create(ctx context.Context, tx store.Tx, in NewTunnel) (Tunnel, error) {
 	if len(in.Hash) != sha256.Size {
 		return Tunnel{}, errors.New("store: a tunnel token's hash is a SHA-256")
 	}
-	var instance *string
+	if (in.Target == protocol.TunnelExec) != (in.Exec != nil) {
+		return Tunnel{}, errors.New("store: a tunnel has an exec spec iff its target is exec")
+	}
+	var instance, spec *string
 	if in.InstanceID != "" {
 		instance = &in.InstanceID
 	}
+	if in.Exec != nil {
+		b, err := json.Marshal(in.Exec)
+		if err != nil {
+			return Tunnel{}, err
+		}
+		s := string(b)
+		spec = &s
+	}
 	return scan(tx.QueryRow(ctx, `INSERT INTO tunnels AS t
-		(id, tenant_id, node_id, instance_id, target, address, token_hash, opened_by, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9)) RETURNING `+columns,
-		core.NewID(IDPrefix), in.TenantID, in.NodeID, instance, in.Target, in.Address, in.Hash, in.OpenedBy, in.TTL.Seconds()))
+		(id, tenant_id, node_id, instance_id, target, address, token_hash, opened_by, expires_at, exec, exec_output_limit)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9), $10::jsonb, $11) RETURNING `+columns,
+		core.NewID(IDPrefix), in.TenantID, in.NodeID, instance, in.Target, in.Address, in.Hash, in.OpenedBy, in.TTL.Seconds(),
+		spec, in.ExecOutputLimit))
 }
 
 // Spend spends the token of tunnel id, in tx: the first connect with the
