@@ -13,7 +13,9 @@ import (
 
 	instancesact "github.com/better-compute/better-compute/activities/instances"
 	sandboxesact "github.com/better-compute/better-compute/activities/sandboxes"
+	"github.com/better-compute/better-compute/agent/protocol"
 	"github.com/better-compute/better-compute/api/rpc"
+	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/iam"
@@ -62,6 +64,24 @@ type ExtendInput struct {
 	SandboxID string `json:"sandboxId" jsonschema:"required" id:"sbx"`
 	ExpiresAt int64  `json:"expiresAt" jsonschema:"required,minimum=1" unit:"epoch-ms"`
 }
+
+// ExecInput is sandboxes.exec's input: a command run in the sandbox's
+// container, its stdio streamed through the tunnel the call answers.
+type ExecInput struct {
+	TenantID  string            `json:"tenantId" jsonschema:"required" id:"tenant"`
+	SandboxID string            `json:"sandboxId" jsonschema:"required" id:"sbx"`
+	Command   []string          `json:"command" jsonschema:"required,minItems=1,maxItems=256"`
+	Env       map[string]string `json:"env,omitempty" jsonschema:"maxProperties=128"`
+	Cwd       string            `json:"cwd,omitempty" jsonschema:"maxLength=4096,pattern=^/"`
+	// TimeoutSeconds kills the command after it (default 60).
+	TimeoutSeconds int `json:"timeoutSeconds,omitempty" jsonschema:"minimum=1,maximum=3600"`
+	// OutputLimitBytes bounds stdout and stderr together (default 16 MiB);
+	// past it the output is dropped and the exit frame says truncated.
+	OutputLimitBytes int64 `json:"outputLimitBytes,omitempty" jsonschema:"minimum=1,maximum=268435456"`
+}
+
+// defaultExecTimeout is an exec's timeout when the input names none.
+const defaultExecTimeout = 60 * time.Second
 
 // ListInput is sandboxes.list's input: live sandboxes, or ended ones
 // (deleted, failed) with ended.
@@ -116,11 +136,12 @@ type TemplateListInput struct {
 
 // The methods.
 const (
-	Create rpc.Ref[CreateInput, Sandbox]   = "sandboxes.create"
-	Get    rpc.Ref[SandboxInput, Sandbox]  = "sandboxes.get"
-	List   rpc.Ref[ListInput, SandboxList] = "sandboxes.list"
-	Extend rpc.Ref[ExtendInput, Sandbox]   = "sandboxes.extend"
-	Delete rpc.Ref[SandboxInput, Sandbox]  = "sandboxes.delete"
+	Create rpc.Ref[CreateInput, Sandbox]      = "sandboxes.create"
+	Get    rpc.Ref[SandboxInput, Sandbox]     = "sandboxes.get"
+	List   rpc.Ref[ListInput, SandboxList]    = "sandboxes.list"
+	Extend rpc.Ref[ExtendInput, Sandbox]      = "sandboxes.extend"
+	Delete rpc.Ref[SandboxInput, Sandbox]     = "sandboxes.delete"
+	Exec   rpc.Ref[ExecInput, tunnels.Opened] = "sandboxes.exec"
 
 	CreateTemplate rpc.Ref[TemplateInput, Template]         = "sandboxTemplates.create"
 	GetTemplate    rpc.Ref[TemplateRef, Template]           = "sandboxTemplates.get"
@@ -186,6 +207,20 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			},
 			After: func(ctx context.Context, c *rpc.Call, _ ExtendInput, out Sandbox) (Sandbox, error) {
 				return m.signal(ctx, out)
+			}},
+		&rpc.Method[ExecInput, tunnels.Opened]{Name: Exec, Action: "compute:sandboxes:exec", DecidedOn: "compute-sandbox",
+			Phase: "v0.5", Kind: core.KindMutation,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in ExecInput) (tunnels.Opened, error) {
+				nodeID, instanceID, err := domain.ExecTarget(ctx, tx, c.TenantID, in.SandboxID)
+				if err != nil {
+					return tunnels.Opened{}, err
+				}
+				timeout := defaultExecTimeout
+				if in.TimeoutSeconds > 0 {
+					timeout = time.Duration(in.TimeoutSeconds) * time.Second
+				}
+				return tunnels.OpenExec(ctx, m.d, c, tx, nodeID, protocol.ExecSpec{InstanceID: instanceID, Command: in.Command,
+					Env: in.Env, Cwd: in.Cwd, TimeoutMs: timeout.Milliseconds()}, in.OutputLimitBytes, 0)
 			}},
 		&rpc.Method[SandboxInput, Sandbox]{Name: Delete, Action: "compute:sandboxes:delete", DecidedOn: "compute-sandbox",
 			Phase: "v0.5", Kind: core.KindMutation,

@@ -101,7 +101,7 @@ func Attach(root *cobra.Command, o Options) error {
 		g.AddCommand(methodCmd(o, m))
 	}
 	root.AddGroup(&cobra.Group{ID: apiGroupID, Title: "API methods (better-compute <group> <verb> --help):"})
-	root.AddCommand(loginCmd(o), contextCmd(o), tunnelCmd(o))
+	root.AddCommand(loginCmd(o), contextCmd(o), tunnelCmd(o), sandboxCmd(o))
 	return nil
 }
 
