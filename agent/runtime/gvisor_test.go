@@ -339,11 +339,26 @@ func TestGVisor(t *testing.T) {
 		waitPage(t, st.Address, testimage.Marker+strings.ReplaceAll(id, "_", "-")+"\nuser-data: \n")
 	})
 
+	t.Run("resize", func(t *testing.T) {
+		// runsc has no update: the instance starts again with the limits.
+		in := gvisorInstance(count, image, counter...)
+		in.Generation, in.VCPU, in.MemoryMiB = 2, 2, 256
+		spec.Instances[1] = in
+		h.rt.OnSpec(5, spec)
+		st := h.wait(count, 2, protocol.InstanceRunning, 30*time.Second)
+		if st.VCPU != 2 || st.MemoryMiB != 256 {
+			t.Fatalf("resized status %+v", st)
+		}
+		if got := readInt(t, cgroupFile("memory", count, "memory.limit_in_bytes")); got != 256<<20 {
+			t.Errorf("memory.limit_in_bytes %d after the resize", got)
+		}
+	})
+
 	t.Run("runc", func(t *testing.T) {
 		id := randID(t, "inst_")
 		srv.serve(id, image, nil)
 		spec.Instances = append(spec.Instances, containerInstance(id, 1, protocol.InstanceRunning, 1, 64, image))
-		h.rt.OnSpec(4, spec)
+		h.rt.OnSpec(6, spec)
 		h.wait(id, 1, protocol.InstanceRunning, 30*time.Second)
 		if got := execOut(t, h.rt, id, "sh", "-c", "echo via runc"); got != "via runc\n" {
 			t.Errorf("runc exec: %q", got)
