@@ -13,7 +13,8 @@ type Instance struct {
 	// change of Desired, the limits or the image. The agent reports the
 	// generation it converged on in its InstanceStatus.
 	Generation int64 `json:"generation"`
-	// Runtime is "container" (runc) or "vm" (QEMU).
+	// Runtime is "container" (runc), "gvisor" (runsc: a sandbox) or "vm"
+	// (QEMU).
 	Runtime string `json:"runtime"`
 	// Desired is "running" or "stopped".
 	Desired string `json:"desired"`
@@ -38,6 +39,20 @@ type Instance struct {
 	// so no secret is ever in the NodeSpec or on the agent's disk beyond
 	// the instance's own seed.
 	UserData bool `json:"userData,omitempty"`
+	// Restore, when set, makes a container or gvisor instance from a
+	// sandbox snapshot (protocol.SandboxSnapshotPath) instead of Image:
+	// its rootfs, and for a memory snapshot (gvisor only) its processes.
+	Restore *InstanceRestore `json:"restore,omitempty"`
+}
+
+// InstanceRestore names the snapshot an instance is made from.
+type InstanceRestore struct {
+	SnapshotID string `json:"snapshotId"`
+	SHA256     string `json:"sha256"`
+	SizeBytes  int64  `json:"sizeBytes,omitempty"`
+	// Memory says the snapshot holds a gVisor checkpoint: the processes
+	// continue where they were.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // InstanceImage names an instance's image.

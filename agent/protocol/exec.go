@@ -8,3 +8,9 @@ type ExecSpec struct {
 	Cwd        string            `json:"cwd,omitempty"`
 	TimeoutMs  int64             `json:"timeoutMs,omitempty"`
 }
+
+// SandboxSnapshotPath + "<snapshotId>" is a sandbox snapshot's tar on the
+// agent listener, under the node's mutual-TLS identity: GET fetches it
+// (an instance restored from it), PUT uploads it (body the tar, header
+// X-Content-SHA256 its hex SHA-256).
+const SandboxSnapshotPath = "/agent/v1/sandbox-snapshots/"

@@ -47,21 +47,10 @@ type runcState struct {
 	Created time.Time `json:"created"`
 }
 
-// runc runs runc with its state under the state directory.
-func (r *Runtime) runc(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.o.Runc, append([]string{"--root", r.runcRoot()}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return out, fmt.Errorf("runc %s: %w: %s", args[0], err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return out, nil
-}
-
-// containerState answers id's runc state; ok false: there is no container.
-func (r *Runtime) containerState(ctx context.Context, id string) (runcState, bool, error) {
-	out, err := r.runc(ctx, "state", id)
+// containerState answers id's state under rt; ok false: there is no
+// container.
+func (r *Runtime) containerState(ctx context.Context, rt ociRuntime, id string) (runcState, bool, error) {
+	out, err := rt.run(ctx, "state", id)
 	if err != nil {
 		if strings.Contains(err.Error(), "does not exist") {
 			return runcState{}, false, nil
@@ -70,7 +59,7 @@ func (r *Runtime) containerState(ctx context.Context, id string) (runcState, boo
 	}
 	var s runcState
 	if err := json.Unmarshal(out, &s); err != nil {
-		return runcState{}, false, fmt.Errorf("runc state: %w", err)
+		return runcState{}, false, fmt.Errorf("%s state: %w", rt.kind, err)
 	}
 	return s, true, nil
 }
@@ -79,13 +68,14 @@ func (r *Runtime) containerState(ctx context.Context, id string) (runcState, boo
 // limits, or stopped with its rootfs kept.
 func (r *Runtime) convergeContainer(ctx context.Context, in nodespec.Instance) (protocol.InstanceStatus, error) {
 	st := protocol.InstanceStatus{ID: in.ID, Generation: in.Generation}
-	state, exists, err := r.containerState(ctx, in.ID)
+	rt := r.oci(in.Runtime)
+	state, exists, err := r.containerState(ctx, rt, in.ID)
 	if err != nil {
 		return st, err
 	}
 	if in.Desired == protocol.InstanceStopped {
 		if exists {
-			if err := r.stopContainer(ctx, in.ID); err != nil {
+			if err := r.stopContainer(ctx, rt, in.ID); err != nil {
 				return st, err
 			}
 		}
@@ -98,30 +88,39 @@ func (r *Runtime) convergeContainer(ctx context.Context, in nodespec.Instance) (
 	if exists && state.Status == runcRunning {
 		// Found again (a restarted agent finds its containers the same
 		// way): re-limit it if the spec's limits changed.
-		if err := r.relimitContainer(ctx, in); err != nil {
+		relimited, err := r.relimitContainer(ctx, rt, in)
+		if err != nil {
 			return st, err
 		}
-		return r.runningStatus(in, state), nil
+		if relimited {
+			return r.runningStatus(in, state), nil
+		}
+		// runsc has no update: a gVisor instance restarts with its new
+		// limits (about 250 ms).
+		if err := r.stopContainer(ctx, rt, in.ID); err != nil {
+			return st, err
+		}
+		exists = false
 	}
 	if exists {
 		// Created but never started, exited by itself, or paused: start
 		// it again from the bundle.
-		if _, err := r.runc(ctx, "delete", "--force", in.ID); err != nil {
+		if _, err := rt.run(ctx, "delete", "--force", in.ID); err != nil {
 			return st, err
 		}
 	}
 	r.setStatus(protocol.InstanceStatus{ID: in.ID, Generation: in.Generation, State: protocol.InstanceCreating})
-	if err := r.createContainer(ctx, in); err != nil {
+	if err := r.createContainer(ctx, rt, in); err != nil {
 		return st, err
 	}
-	state, exists, err = r.containerState(ctx, in.ID)
+	state, exists, err = r.containerState(ctx, rt, in.ID)
 	if err != nil {
 		return st, err
 	}
 	if !exists || state.Status != runcRunning {
 		return st, fmt.Errorf("the container is %q right after its start (see %s)", state.Status, filepath.Join(r.instanceDir(in.ID), "console.log"))
 	}
-	r.log.Info("runtime: container running", "instance", in.ID, "generation", in.Generation)
+	r.log.Info("runtime: container running", "instance", in.ID, "generation", in.Generation, "runtime", rt.kind)
 	return r.runningStatus(in, state), nil
 }
 
@@ -152,25 +151,38 @@ func appliedLimits(cfg *specs.Spec) (int, int64) {
 	return vcpu, mib
 }
 
-// createContainer prepares the rootfs, the network, the seed and the
-// bundle, and runs the container detached.
-func (r *Runtime) createContainer(ctx context.Context, in nodespec.Instance) error {
-	image, err := r.fetchImage(ctx, in)
-	if err != nil {
-		return err
-	}
-	if err := r.prepareRootfs(ctx, in, image); err != nil {
-		return err
+// createContainer prepares the rootfs (the image's, or a snapshot's), the
+// network, the seed and the bundle, and runs the container detached (or
+// restores a memory snapshot into it).
+func (r *Runtime) createContainer(ctx context.Context, rt ociRuntime, in nodespec.Instance) error {
+	checkpoint := ""
+	if in.Restore != nil {
+		var err error
+		if checkpoint, err = r.prepareRestore(ctx, rt, in); err != nil {
+			return err
+		}
+	} else {
+		image, err := r.fetchImage(ctx, in)
+		if err != nil {
+			return err
+		}
+		if err := r.prepareRootfs(ctx, in, image); err != nil {
+			return err
+		}
 	}
 	if _, err := r.ensureNetwork(ctx, in.ID); err != nil {
 		return err
 	}
-	userData, err := r.fetchUserData(ctx, in)
-	if err != nil {
-		return err
-	}
-	if err := writeSeed(r.rootfsDir(in.ID), in.ID, hostname(in.ID), userData); err != nil {
-		return err
+	// A memory restore keeps the rootfs as the checkpoint left it: the
+	// restored processes hold its files.
+	if checkpoint == "" {
+		userData, err := r.fetchUserData(ctx, in)
+		if err != nil {
+			return err
+		}
+		if err := writeSeed(r.rootfsDir(in.ID), in.ID, hostname(in.ID), userData); err != nil {
+			return err
+		}
 	}
 	devices, err := r.exposeDevices(in)
 	if err != nil {
@@ -186,12 +198,22 @@ func (r *Runtime) createContainer(ctx context.Context, in nodespec.Instance) err
 	}
 	defer logFile.Close()
 	// Detached, the container's stdio is the log file itself (an *os.File
-	// is handed over as is): runc returns once it started.
-	cmd := exec.CommandContext(ctx, r.o.Runc, "--root", r.runcRoot(), "run", "--detach",
-		"--bundle", r.bundleDir(in.ID), "--pid-file", filepath.Join(r.bundleDir(in.ID), "pid"), in.ID)
+	// is handed over as is): the runtime returns once it started.
+	args := []string{"run", "--detach"}
+	if checkpoint != "" {
+		args = []string{"restore", "--detach", "--image-path", checkpoint}
+	}
+	cmd := rt.command(ctx, append(args, "--bundle", r.bundleDir(in.ID), "--pid-file", filepath.Join(r.bundleDir(in.ID), "pid"), in.ID)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("runc run: %w: %s", err, tail(filepath.Join(r.instanceDir(in.ID), "console.log")))
+		return fmt.Errorf("%s %s: %w: %s", rt.kind, args[0], err, tail(filepath.Join(r.instanceDir(in.ID), "console.log")))
+	}
+	if checkpoint != "" {
+		// Restored once: a later start boots the rootfs.
+		if err := os.RemoveAll(checkpoint); err != nil {
+			return err
+		}
+		r.log.Info("runtime: memory snapshot restored", "instance", in.ID, "snapshot", in.Restore.SnapshotID)
 	}
 	return nil
 }
@@ -437,57 +459,61 @@ func (r *Runtime) readConfig(id string) (*specs.Spec, error) {
 }
 
 // relimitContainer applies changed limits to a running container (runc
-// update) and records them in config.json for its next start.
-func (r *Runtime) relimitContainer(ctx context.Context, in nodespec.Instance) error {
+// update) and records them in config.json for its next start; false: the
+// runtime cannot (runsc), the container must start again.
+func (r *Runtime) relimitContainer(ctx context.Context, rt ociRuntime, in nodespec.Instance) (bool, error) {
 	cfg, err := r.readConfig(in.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	vcpu, mib := appliedLimits(cfg)
 	if vcpu == in.VCPU && mib == in.MemoryMiB {
-		return nil
+		return true, nil
+	}
+	if rt.kind == KindGVisor {
+		return false, nil
 	}
 	want := limits(in, r.o.PidsLimit)
-	if _, err := r.runc(ctx, "update", "--cpu-period", strconv.FormatUint(*want.CPU.Period, 10),
+	if _, err := rt.run(ctx, "update", "--cpu-period", strconv.FormatUint(*want.CPU.Period, 10),
 		"--cpu-quota", strconv.FormatInt(*want.CPU.Quota, 10), "--memory", strconv.FormatInt(*want.Memory.Limit, 10),
 		"--pids-limit", strconv.FormatInt(want.Pids.Limit, 10), in.ID); err != nil {
-		return err
+		return false, err
 	}
 	cfg.Linux.Resources.CPU, cfg.Linux.Resources.Memory, cfg.Linux.Resources.Pids = want.CPU, want.Memory, want.Pids
 	r.log.Info("runtime: container re-limited", "instance", in.ID, "vcpu", in.VCPU, "memoryMiB", in.MemoryMiB)
-	return r.writeConfig(in.ID, cfg)
+	return true, r.writeConfig(in.ID, cfg)
 }
 
 // stopContainer sends SIGTERM, SIGKILL after the grace, and deletes the
 // container (its cgroup goes with it); the rootfs and network stay.
-func (r *Runtime) stopContainer(ctx context.Context, id string) error {
-	s, exists, err := r.containerState(ctx, id)
+func (r *Runtime) stopContainer(ctx context.Context, rt ociRuntime, id string) error {
+	s, exists, err := r.containerState(ctx, rt, id)
 	if err != nil || !exists {
 		return err
 	}
 	if s.Status == runcRunning || s.Status == runcPaused {
-		if _, err := r.runc(ctx, "kill", id, "TERM"); err != nil && !strings.Contains(err.Error(), "not running") {
+		if _, err := rt.run(ctx, "kill", id, "TERM"); err != nil && !strings.Contains(err.Error(), "not running") {
 			return err
 		}
-		if !r.waitContainerStopped(ctx, id, r.o.StopGrace) {
-			if _, err := r.runc(ctx, "kill", id, "KILL"); err != nil && !strings.Contains(err.Error(), "not running") {
+		if !r.waitContainerStopped(ctx, rt, id, r.o.StopGrace) {
+			if _, err := rt.run(ctx, "kill", id, "KILL"); err != nil && !strings.Contains(err.Error(), "not running") {
 				return err
 			}
-			r.waitContainerStopped(ctx, id, 5*time.Second)
+			r.waitContainerStopped(ctx, rt, id, 5*time.Second)
 		}
 	}
-	if _, err := r.runc(ctx, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
+	if _, err := rt.run(ctx, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
 		return err
 	}
 	r.log.Info("runtime: container stopped", "instance", id)
 	return nil
 }
 
-// waitContainerStopped polls runc until id is no longer running.
-func (r *Runtime) waitContainerStopped(ctx context.Context, id string, within time.Duration) bool {
+// waitContainerStopped polls the runtime until id is no longer running.
+func (r *Runtime) waitContainerStopped(ctx context.Context, rt ociRuntime, id string, within time.Duration) bool {
 	deadline := time.Now().Add(within)
 	for {
-		s, exists, err := r.containerState(ctx, id)
+		s, exists, err := r.containerState(ctx, rt, id)
 		if err == nil && (!exists || (s.Status != runcRunning && s.Status != runcPaused)) {
 			return true
 		}

@@ -52,27 +52,39 @@ func (r *Runtime) fetchImage(ctx context.Context, in nodespec.Instance) (string,
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	if r.o.Client == nil || r.o.Endpoint == "" {
-		return "", errors.New("image fetch: no agent endpoint")
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.o.Endpoint, "/")+protocol.InstanceImagePath+in.ID, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := r.o.Client.Do(req)
+	n, err := r.download(ctx, protocol.InstanceImagePath+in.ID, path, digest, in.Image.SizeBytes)
 	if err != nil {
 		return "", fmt.Errorf("image %s: %w", in.Image.ID, err)
 	}
+	r.log.Info("runtime: image fetched", "image", in.Image.ID, "sha256", digest, "bytes", n)
+	return path, nil
+}
+
+// download GETs urlPath from the agent endpoint into path (mode 0400): the
+// bytes are hashed while written to a temporary file, renamed only when
+// the digest (and size, when above 0) are the ones asked for.
+func (r *Runtime) download(ctx context.Context, urlPath, path, digest string, size int64) (int64, error) {
+	if r.o.Client == nil || r.o.Endpoint == "" {
+		return 0, errors.New("no agent endpoint")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.o.Endpoint, "/")+urlPath, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := r.o.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("image %s: HTTP %d", in.Image.ID, resp.StatusCode)
+		return 0, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".fetch-*")
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	defer os.Remove(tmp.Name())
 	h := sha256.New()
@@ -81,22 +93,18 @@ func (r *Runtime) fetchImage(ctx context.Context, in nodespec.Instance) (string,
 		err = cerr
 	}
 	if err != nil {
-		return "", fmt.Errorf("image %s: %w", in.Image.ID, err)
+		return 0, err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != digest {
-		return "", fmt.Errorf("image %s: sha256 mismatch: got %s, want %s", in.Image.ID, got, digest)
+		return 0, fmt.Errorf("sha256 mismatch: got %s, want %s", got, digest)
 	}
-	if in.Image.SizeBytes > 0 && n != in.Image.SizeBytes {
-		return "", fmt.Errorf("image %s: %d bytes, want %d", in.Image.ID, n, in.Image.SizeBytes)
+	if size > 0 && n != size {
+		return 0, fmt.Errorf("%d bytes, want %d", n, size)
 	}
 	if err := os.Chmod(tmp.Name(), 0o400); err != nil {
-		return "", err
+		return 0, err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return "", err
-	}
-	r.log.Info("runtime: image fetched", "image", in.Image.ID, "sha256", digest, "bytes", n)
-	return path, nil
+	return n, os.Rename(tmp.Name(), path)
 }
 
 // fetchUserData answers in's user data (nil: none), fetched only when it

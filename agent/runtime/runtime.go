@@ -1,7 +1,7 @@
 // Package runtime runs a node's VPS instances (docs/instance-runtime.md):
 // it converges on the NodeSpec's instance list, in the background and one
-// step at a time per instance, with runc containers (runtime "container")
-// and QEMU VMs (runtime "vm"), and reports each instance's observed state
+// step at a time per instance, with runc containers (runtime "container"),
+// gVisor sandboxes (runtime "gvisor", runsc) and QEMU VMs (runtime "vm"), and reports each instance's observed state
 // in instances frames.
 package runtime
 
@@ -27,6 +27,7 @@ import (
 // Runtimes of nodespec.Instance.
 const (
 	KindContainer = "container"
+	KindGVisor    = "gvisor"
 	KindVM        = "vm"
 )
 
@@ -72,9 +73,10 @@ type Options struct {
 	// to notice a container or VM that stopped by itself
 	// (DefaultResyncEach); negative: never.
 	ResyncEvery time.Duration
-	// Runc and QEMU name the binaries ("runc", "qemu-system-x86_64").
-	Runc, QEMU, QEMUImg string
-	Logger              *slog.Logger
+	// Runc, Runsc and QEMU name the binaries ("runc", "runsc",
+	// "qemu-system-x86_64").
+	Runc, Runsc, QEMU, QEMUImg string
+	Logger                     *slog.Logger
 	// Now is the clock (time.Now).
 	Now func() time.Time
 }
@@ -139,6 +141,9 @@ func New(o Options) (*Runtime, error) {
 	if o.Runc == "" {
 		o.Runc = "runc"
 	}
+	if o.Runsc == "" {
+		o.Runsc = "runsc"
+	}
 	if o.QEMU == "" {
 		o.QEMU = "qemu-system-x86_64"
 	}
@@ -163,7 +168,7 @@ func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.instanc
 // then on each OnSpec, until ctx ends; it waits for the instance workers
 // to finish their step before it returns. Instances keep running.
 func (r *Runtime) Run(ctx context.Context) error {
-	for _, d := range []string{r.instancesDir(), filepath.Join(r.o.StateDir, "images"), r.runcRoot()} {
+	for _, d := range []string{r.instancesDir(), filepath.Join(r.o.StateDir, "images"), r.runcRoot(), r.runscRoot(), r.snapshotsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
@@ -480,12 +485,12 @@ func (r *Runtime) convergeOnce(ctx context.Context, in nodespec.Instance) (proto
 		return protocol.InstanceStatus{}, err
 	}
 	switch in.Runtime {
-	case KindContainer:
+	case KindContainer, KindGVisor:
 		return r.convergeContainer(ctx, in)
 	case KindVM:
 		return r.convergeVM(ctx, in)
 	default:
-		return protocol.InstanceStatus{}, fmt.Errorf("runtime %q is neither container nor vm", in.Runtime)
+		return protocol.InstanceStatus{}, fmt.Errorf("runtime %q is neither container, gvisor nor vm", in.Runtime)
 	}
 }
 
@@ -553,7 +558,7 @@ func (r *Runtime) removeRuntime(ctx context.Context, id, kind string, purge bool
 	case KindVM:
 		return r.stopVM(ctx, id)
 	default:
-		if err := r.stopContainer(ctx, id); err != nil {
+		if err := r.stopContainer(ctx, r.oci(kind), id); err != nil {
 			return err
 		}
 		if !purge {

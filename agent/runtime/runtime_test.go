@@ -605,7 +605,7 @@ func TestBadInstancesFail(t *testing.T) {
 			in := containerInstance(id, 1, protocol.InstanceRunning, 1, 64, image)
 			in.Runtime = "lxc"
 			return in
-		}, "neither container nor vm"},
+		}, "neither container, gvisor nor vm"},
 		{"no image", func(id string) nodespec.Instance {
 			// An image no instance cached: the gateway has none to serve.
 			return containerInstance(id, 1, protocol.InstanceRunning, 1, 64, []byte(id))
