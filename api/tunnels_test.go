@@ -61,7 +61,7 @@ func newTunnelEnv(t *testing.T, tune ...func(*agentgateway.Deps)) *tunnelEnv {
 		var out []rpc.Descriptor
 		for _, dom := range api.Domains {
 			for _, desc := range dom(d) {
-				if desc.Info().Name != string(tunnels.Open) {
+				if name := desc.Info().Name; name != string(tunnels.Open) && name != string(sandboxExec) {
 					out = append(out, desc)
 				}
 			}
@@ -69,7 +69,7 @@ func newTunnelEnv(t *testing.T, tune ...func(*agentgateway.Deps)) *tunnelEnv {
 		return out
 	}, tunnels.Domain(func(ctx context.Context, tx store.Tx, tenantID, instanceID string, port int) (string, string, error) {
 		return te.targets(ctx, tx, tenantID, instanceID, port)
-	})}
+	}), sandboxExecDomain(func() string { return ae.node.ID })}
 	srv, err := api.New(api.Deps{Store: ae.store, IAM: ae.outer, Catalog: ae.catalog, Routes: ae.gateway, Domains: domains,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -78,7 +78,7 @@ func newTunnelEnv(t *testing.T, tune ...func(*agentgateway.Deps)) *tunnelEnv {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	ae.server, ae.env.url = srv, hs.URL
-	ae.run(session.Options{OnTunnel: (&tunnel.Opener{Endpoint: ae.url,
+	ae.run(session.Options{OnTunnel: (&tunnel.Opener{Endpoint: ae.url, Execer: localExecer{},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Serve})
 	ae.eventually("connected", func(s agentNodeState) bool { return s.connectivity == string(nodestate.Connected) })
 	return te

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,7 +47,9 @@ func newGateway(t *testing.T, serve func(body io.Reader, w io.Writer)) *gateway 
 		if err := rc.Flush(); err != nil {
 			return
 		}
-		serve(r.Body, flushWriter{w, rc})
+		fw := &flushWriter{w: w, rc: rc}
+		defer fw.close()
+		serve(r.Body, fw)
 	})
 	g.srv = httptest.NewUnstartedServer(mux)
 	g.srv.EnableHTTP2 = true
@@ -56,12 +59,27 @@ func newGateway(t *testing.T, serve func(body io.Reader, w io.Writer)) *gateway 
 	return g
 }
 
+// flushWriter flushes each write; after close (the handler's end, as the
+// gateway's tunnelStream) writes fail.
 type flushWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
+	mu     sync.Mutex
+	closed bool
+	w      io.Writer
+	rc     *http.ResponseController
 }
 
-func (f flushWriter) Write(p []byte) (int, error) {
+func (f *flushWriter) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, io.ErrClosedPipe
+	}
 	n, err := f.w.Write(p)
 	if err != nil {
 		return n, err

@@ -1,7 +1,8 @@
 // Package tunnels is the tunnels domain (docs/tunnels.md): a tunnel is one
 // caller's single-use way through a node's agent session to a TCP address
-// the node dials (its own sshd, an instance's port). tunnels.open records
-// it with its token's SHA-256; the first connect spends the token; the
+// the node dials (its own sshd, an instance's port), or to a command its
+// agent runs in an instance (an exec tunnel, OpenExec's). tunnels.open
+// records it with its token's SHA-256; the first connect spends the token; the
 // gateway records its end. Nothing else writes the tunnels table.
 package tunnels
 
