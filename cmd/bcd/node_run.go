@@ -115,6 +115,6 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 		OnSpec:    specHooks(sshTrust(ctx, sshdDirOf(f.sshdDir, f.stateDir, simulate), log), rt.OnSpec),
 		OnSession: rt.OnSession,
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
-		OnTunnel:  (&tunnel.Opener{Endpoint: id.AgentEndpoint, Logger: log}).Serve,
+		OnTunnel:  (&tunnel.Opener{Endpoint: id.AgentEndpoint, Logger: log, Execer: rt}).Serve,
 	})
 }
