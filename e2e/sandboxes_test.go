@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	osexec "os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,10 @@ func TestSandboxesOnTheDevStack(t *testing.T) {
 
 	s := v.createSandbox(t, "life", 600)
 	s = v.awaitSandbox(t, s.ID, "running")
+	// .ci/run installs runsc: the demo template runs under gVisor there.
+	if _, err := osexec.LookPath("runsc"); err == nil && s.Runtime != "gvisor" {
+		t.Fatalf("the sandbox runs under %s, not gvisor", s.Runtime)
+	}
 	deadline := v.expiresAt(t, s.ID)
 
 	out, errOut, st := v.exec(t, s.ID, "", "sh", "-c", "echo hello; echo oops >&2; exit 3")
