@@ -14,6 +14,7 @@ import (
 	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/core"
+	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/internal/testutil"
 )
 
@@ -176,4 +177,87 @@ func TestSandboxesOnTheDevStack(t *testing.T) {
 	if gone := v.awaitSandbox(t, s.ID, "deleted"); gone.EndReason != "deleted" {
 		t.Fatalf("deleted sandbox = %+v", gone)
 	}
+}
+
+// warmTemplate makes the demo user's template like the demo one with a
+// warm pool of size, and waits for the pool to hold size running
+// workloads.
+func (v *vpsStack) warmTemplate(tb testing.TB, name string, size int) sandboxes.Template {
+	tb.Helper()
+	ctx := context.Background()
+	demo, err := sandboxes.GetTemplate.Call(ctx, v.demo, sandboxes.TemplateRef{TenantID: demoTenant, TemplateID: v.s.VPS().SandboxTemplateID})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t, err := sandboxes.CreateTemplate.Call(ctx, v.demo, sandboxes.TemplateInput{TenantID: demoTenant, Name: name, PoolID: demo.PoolID,
+		FlavorID: demo.FlavorID, ImageID: demo.ImageID, Runtime: coresandboxes.Runtime(demo.Runtime), WarmPoolSize: size, MaxTTLSeconds: 3600})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v.awaitWarm(tb, t.ID, size)
+	return t
+}
+
+// awaitWarm waits for n warm workloads of the template that a create can claim.
+func (v *vpsStack) awaitWarm(tb testing.TB, templateID string, n int) {
+	tb.Helper()
+	testutil.EventuallyNil(tb, instanceWait, func() error {
+		var ready int
+		if err := v.db.QueryRow(context.Background(), `SELECT count(*) FROM instances WHERE warm_template_id = $1 AND sandbox_id IS NULL
+			AND state = 'running' AND observed_state = 'running' AND observed_generation = generation`, templateID).Scan(&ready); err != nil {
+			tb.Fatal(err)
+		}
+		if ready < n {
+			return fmt.Errorf("%d of %d warm workloads ready", ready, n)
+		}
+		return nil
+	})
+}
+
+// A create on a template with a warm pool claims a running workload (the
+// sandbox is running in the create's answer, on the warm workload's own
+// id), execs at once, and the pool is topped up behind it; a template
+// update replaces the stale warm workloads.
+func TestSandboxesWarmPool(t *testing.T) {
+	v := startVPSStack(t)
+	ctx := context.Background()
+	tpl := v.warmTemplate(t, "warm", 1)
+	var warmID string
+	if err := v.db.QueryRow(ctx, `SELECT id FROM instances WHERE warm_template_id = $1 AND sandbox_id IS NULL`, tpl.ID).Scan(&warmID); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandboxes.Create.Call(ctx, v.demo, sandboxes.CreateInput{TenantID: demoTenant, IdempotencyKey: "warm-1", TemplateID: tpl.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != "running" || s.InstanceID != warmID {
+		t.Fatalf("warm create = %+v, want running on %s", s, warmID)
+	}
+	if out, _, st := v.exec(t, s.ID, "", "sh", "-c", "echo warm"); out != "warm\n" || st.ExitCode != 0 {
+		t.Fatalf("exec = %q %+v", out, st)
+	}
+	// The pool refills: one more warm workload, not the claimed one.
+	v.awaitWarm(t, tpl.ID, 1)
+	// An update makes the warm workload stale: it is replaced at the new version.
+	ttl := 120
+	tpl, err = sandboxes.UpdateTemplate.Call(ctx, v.demo, sandboxes.TemplateUpdateInput{TenantID: demoTenant, TemplateID: tpl.ID, DefaultTTLSeconds: &ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyNil(t, instanceWait, func() error {
+		var fresh, stale int
+		if err := v.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE warm_version = $2 AND observed_state = 'running'),
+				count(*) FILTER (WHERE warm_version <> $2 AND state <> 'deleted')
+			FROM instances WHERE warm_template_id = $1 AND sandbox_id IS NULL`, tpl.ID, tpl.Version).Scan(&fresh, &stale); err != nil {
+			t.Fatal(err)
+		}
+		if fresh != 1 || stale != 0 {
+			return fmt.Errorf("warm workloads: %d at version %d, %d stale", fresh, tpl.Version, stale)
+		}
+		return nil
+	})
+	if _, err := sandboxes.Delete.Call(ctx, v.demo, sandboxes.SandboxInput{TenantID: demoTenant, SandboxID: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	v.awaitSandbox(t, s.ID, "deleted")
 }

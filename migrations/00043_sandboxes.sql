@@ -51,12 +51,18 @@ CREATE INDEX sandboxes_unstarted ON sandboxes (updated_at) WHERE workflow_starte
 
 ALTER TABLE instances
     ADD COLUMN sandbox_id text,
+    -- a warm workload of a template's pool (at that template version),
+    -- until a sandbox claims it
+    ADD COLUMN warm_template_id text,
+    ADD COLUMN warm_version bigint,
     -- '' runs the flavor's runtime; gvisor runs a container flavor under runsc
     ADD COLUMN runtime text NOT NULL DEFAULT '' CHECK (runtime IN ('', 'gvisor'));
 CREATE UNIQUE INDEX instances_sandbox ON instances (sandbox_id) WHERE sandbox_id IS NOT NULL;
+CREATE INDEX instances_warm ON instances (warm_template_id, created_at) WHERE warm_template_id IS NOT NULL AND sandbox_id IS NULL;
 
 -- +goose Down
+DROP INDEX instances_warm;
 DROP INDEX instances_sandbox;
-ALTER TABLE instances DROP COLUMN sandbox_id, DROP COLUMN runtime;
+ALTER TABLE instances DROP COLUMN sandbox_id, DROP COLUMN warm_template_id, DROP COLUMN warm_version, DROP COLUMN runtime;
 DROP TABLE sandboxes;
 DROP TABLE sandbox_templates;

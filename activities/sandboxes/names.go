@@ -26,6 +26,12 @@ const (
 
 	ActivityStep = "SandboxStep"
 
+	// A template's warm pool: SandboxWarmPoolWorkflow (id WarmPoolID) keeps
+	// its warm workloads at the template's size; SignalChanged wakes it (a
+	// claim, an update of the template).
+	WarmPoolWorkflowName = "SandboxWarmPoolWorkflow"
+	ActivityTopUp        = "SandboxWarmPoolTopUp"
+
 	// The reconciler: a schedule runs ReconcileSandboxesWorkflow, whose one
 	// activity starts the workflows of live sandboxes whose start was never
 	// recorded or whose run closed, and sweeps stale drafts.
@@ -89,5 +95,38 @@ func Signal(ctx context.Context, c client.Client, sandboxID string) error {
 	if errors.As(err, &gone) {
 		return nil
 	}
+	return err
+}
+
+// WarmPoolID is the workflow id of a template's warm pool.
+func WarmPoolID(templateID string) string { return templateID + "/warm" }
+
+// WarmPoolParams starts a SandboxWarmPoolWorkflow.
+type WarmPoolParams struct {
+	TenantID, TemplateID, PoolID string
+	// PollEvery is how often the pool is topped up without a signal (0:
+	// DefaultSettledPoll).
+	PollEvery time.Duration
+}
+
+// WarmProgress is what a top-up did.
+type WarmProgress struct {
+	Placed, Deleted int
+	Refused         string
+	Ended           bool
+}
+
+// StartWarmPool starts the template's warm pool workflow (kept when
+// running) and signals it, so a running one tops up at once.
+func StartWarmPool(ctx context.Context, c client.Client, taskQueue string, p WarmPoolParams) error {
+	fields := visibility.Fields{TenantID: p.TenantID, PoolID: p.PoolID}
+	_, err := c.SignalWithStartWorkflow(ctx, WarmPoolID(p.TemplateID), SignalChanged, nil, client.StartWorkflowOptions{
+		ID:                       WarmPoolID(p.TemplateID),
+		TaskQueue:                taskQueue,
+		TypedSearchAttributes:    fields.SearchAttributes(),
+		Memo:                     fields.Memo("sandbox-template"),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, WarmPoolWorkflowName, p)
 	return err
 }

@@ -9,6 +9,7 @@ import (
 
 	instancesact "github.com/better-compute/better-compute/activities/instances"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/instances"
 	domain "github.com/better-compute/better-compute/store/sandboxes"
 )
 
@@ -41,6 +42,34 @@ func (a *Sandboxes) Step(ctx context.Context, id string) (Progress, error) {
 	return Progress{Ended: p.Ended, State: p.State, UntilDeadline: time.Duration(p.ExpiresAt-p.Now) * time.Millisecond}, nil
 }
 
+// TopUpWarmPool runs one step of the template's warm pool (store/sandboxes.TopUp)
+// and starts the workflows of the workloads it placed (recording them) and
+// signals those it deleted.
+func (a *Sandboxes) TopUpWarmPool(ctx context.Context, templateID string) (WarmProgress, error) {
+	var w domain.Warm
+	if err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		w, err = domain.TopUp(ctx, tx, templateID)
+		return err
+	}); err != nil {
+		return WarmProgress{}, err
+	}
+	for _, id := range w.Placed {
+		if err := instancesact.StartInstance(ctx, a.Temporal, a.TaskQueue, instancesact.InstanceParams{TenantID: w.TenantID,
+			InstanceID: id, PoolID: w.PoolID}); err != nil {
+			return WarmProgress{}, err
+		}
+		if err := instances.WorkflowStarted(ctx, a.Store.Pool, id); err != nil {
+			return WarmProgress{}, err
+		}
+	}
+	for _, id := range w.Deleted {
+		if err := instancesact.Signal(ctx, a.Temporal, id, instancesact.SignalDesiredChanged); err != nil {
+			return WarmProgress{}, err
+		}
+	}
+	return WarmProgress{Placed: len(w.Placed), Deleted: len(w.Deleted), Refused: w.Refused, Ended: w.Ended}, nil
+}
+
 // reconcilePage bounds one page of the reconciler.
 const reconcilePage = 500
 
@@ -48,9 +77,10 @@ const reconcilePage = 500
 // start before the reconciler makes it.
 const ReconcileGrace = 2 * time.Second
 
-// ReconcileSandboxes starts the workflows of live sandboxes (and their
-// workloads'): a closed run is started again, a running one kept. Then it
-// sweeps drafts older than an hour. It answers how many it started.
+// ReconcileSandboxes starts the workflows of live sandboxes and of warm
+// pools: a closed run is started again, a running one kept (a warm pool's
+// is signalled, so it tops up). Then it sweeps drafts older than an hour.
+// It answers how many it started.
 func (a *Sandboxes) ReconcileSandboxes(ctx context.Context) (int, error) {
 	started, after := 0, ""
 	for {
@@ -70,6 +100,25 @@ func (a *Sandboxes) ReconcileSandboxes(ctx context.Context) (int, error) {
 			}
 			started++
 			after = o.SandboxID
+		}
+		if len(page) < reconcilePage {
+			break
+		}
+	}
+	for after = ""; ; {
+		var page []domain.WarmPool
+		if err := a.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+			page, err = domain.WarmTemplates(ctx, tx, after, reconcilePage)
+			return err
+		}); err != nil {
+			return started, err
+		}
+		for _, w := range page {
+			if err := StartWarmPool(ctx, a.Temporal, a.TaskQueue, WarmPoolParams{TenantID: w.TenantID, TemplateID: w.TemplateID, PoolID: w.PoolID}); err != nil {
+				return started, fmt.Errorf("sandboxes: starting %s's warm pool: %w", w.TemplateID, err)
+			}
+			started++
+			after = w.TemplateID
 		}
 		if len(page) < reconcilePage {
 			break

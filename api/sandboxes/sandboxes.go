@@ -244,6 +244,12 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 					Name: in.Name, PoolID: in.PoolID, FlavorID: in.FlavorID, ImageID: in.ImageID, Runtime: in.Runtime,
 					Command: in.Command, DefaultTTLSeconds: in.DefaultTTLSeconds, MaxTTLSeconds: in.MaxTTLSeconds,
 					TTLAction: in.TTLAction, WarmPoolSize: in.WarmPoolSize})
+			},
+			After: func(ctx context.Context, c *rpc.Call, _ TemplateInput, t Template) (Template, error) {
+				if t.WarmPoolSize == 0 {
+					return t, nil
+				}
+				return m.warmPool(ctx, c, t)
 			}},
 		&rpc.Method[TemplateRef, Template]{Name: GetTemplate, Action: "compute:sandboxes:read", DecidedOn: "compute-sandbox-template",
 			Phase: "v0.5", Kind: core.KindRead,
@@ -271,11 +277,17 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 					FlavorID: in.FlavorID, ImageID: in.ImageID, Runtime: in.Runtime, Command: in.Command,
 					DefaultTTLSeconds: in.DefaultTTLSeconds, MaxTTLSeconds: in.MaxTTLSeconds, TTLAction: in.TTLAction,
 					WarmPoolSize: in.WarmPoolSize})
+			},
+			After: func(ctx context.Context, c *rpc.Call, _ TemplateUpdateInput, t Template) (Template, error) {
+				return m.warmPool(ctx, c, t)
 			}},
 		&rpc.Method[TemplateRef, Template]{Name: DeleteTemplate, Action: "compute:sandboxes:manage", DecidedOn: "compute-sandbox-template",
 			Phase: "v0.5", Kind: core.KindMutation,
 			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in TemplateRef) (Template, error) {
 				return domain.DeleteTemplate(ctx, tx, m.templateType(), c.TenantID, in.TemplateID)
+			},
+			After: func(ctx context.Context, c *rpc.Call, _ TemplateRef, t Template) (Template, error) {
+				return m.warmPool(ctx, c, t)
 			}},
 	}
 }
@@ -311,7 +323,28 @@ func (m methods) started(ctx context.Context, c *rpc.Call, _ CreateInput) error 
 		TenantID: s.TenantID, SandboxID: s.ID, PoolID: s.PoolID}); err != nil {
 		return err
 	}
-	return domain.WorkflowStarted(ctx, m.d.Store.Pool, s.ID)
+	if err := domain.WorkflowStarted(ctx, m.d.Store.Pool, s.ID); err != nil {
+		return err
+	}
+	// A claim leaves the template's warm pool one short: tell it (best
+	// effort; its poll tops it up anyway).
+	if err := sandboxesact.Signal(ctx, m.d.Temporal, sandboxesact.WarmPoolID(s.TemplateID)); err != nil {
+		m.d.Logger.WarnContext(ctx, "signalling a warm pool", "template", s.TemplateID, "error", err)
+	}
+	return nil
+}
+
+// warmPool starts (or wakes) the template's warm pool after a change of
+// the template, best effort: the reconciler starts any it missed.
+func (m methods) warmPool(ctx context.Context, _ *rpc.Call, t Template) (Template, error) {
+	if m.d.Temporal == nil {
+		return t, nil
+	}
+	if err := sandboxesact.StartWarmPool(ctx, m.d.Temporal, m.d.TaskQueue, sandboxesact.WarmPoolParams{
+		TenantID: t.TenantID, TemplateID: t.ID, PoolID: t.PoolID}); err != nil {
+		m.d.Logger.WarnContext(ctx, "starting a warm pool", "template", t.ID, "error", err)
+	}
+	return t, nil
 }
 
 // signal tells the sandbox's workflow its row changed, best effort: the

@@ -484,6 +484,10 @@ type Workload struct {
 	// runsc).
 	Runtime string
 	Command []string
+	// WarmTemplateID and WarmVersion make it a warm workload of that
+	// template version's pool (SandboxID empty until ClaimWarm).
+	WarmTemplateID string
+	WarmVersion    int64
 }
 
 // PlaceWorkload writes a sandbox's workload and places it as Place places
@@ -494,10 +498,56 @@ func PlaceWorkload(ctx context.Context, tx store.Tx, tenantID string, w Workload
 		w.Command = []string{}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id, name,
-			desired_state, state, command, sandbox_id, runtime)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, $9, $10)`,
-		w.ID, tenantID, w.OwnerID, w.PoolID, w.FlavorID, w.ImageID, w.Name, w.Command, w.SandboxID, w.Runtime); err != nil {
+			desired_state, state, command, sandbox_id, runtime, warm_template_id, warm_version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, NULLIF($9, ''), $10, NULLIF($11, ''), NULLIF($12, 0))`,
+		w.ID, tenantID, w.OwnerID, w.PoolID, w.FlavorID, w.ImageID, w.Name, w.Command, w.SandboxID, w.Runtime,
+		w.WarmTemplateID, w.WarmVersion); err != nil {
 		return Instance{}, err
 	}
 	return Place(ctx, tx, tenantID, w.ID)
+}
+
+// ClaimWarm binds one of the template's warm workloads at version that its
+// node reports running at its current generation to sandboxID (its owner
+// becoming ownerID), in the caller's transaction; ok is false when none is
+// ready. Concurrent claims take different ones (SKIP LOCKED).
+func ClaimWarm(ctx context.Context, tx store.Tx, tenantID, templateID string, version int64, sandboxID, ownerID string) (Instance, bool, error) {
+	var id string
+	err := tx.QueryRow(ctx, `SELECT id FROM instances
+		WHERE warm_template_id = $1 AND warm_version = $2 AND sandbox_id IS NULL AND tenant_id = $3
+			AND state = 'running' AND desired_state = 'running' AND observed_state = 'running' AND observed_generation = generation
+		ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, templateID, version, tenantID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Instance{}, false, nil
+	}
+	if err != nil {
+		return Instance{}, false, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE instances SET sandbox_id = $2, owner_identity_id = $3, updated_at = now() WHERE id = $1`,
+		id, sandboxID, ownerID); err != nil {
+		return Instance{}, false, err
+	}
+	in, err := Load(ctx, tx, tenantID, id, false)
+	return in, err == nil, err
+}
+
+// WarmWorkload is one unclaimed warm workload of a template.
+type WarmWorkload struct {
+	ID      string
+	Version int64
+	State   string
+}
+
+// WarmWorkloads lists the template's unclaimed warm workloads that are
+// not deleted, oldest first.
+func WarmWorkloads(ctx context.Context, tx store.Tx, templateID string) ([]WarmWorkload, error) {
+	rows, err := tx.Query(ctx, `SELECT id, warm_version, state FROM instances
+		WHERE warm_template_id = $1 AND sandbox_id IS NULL AND state <> 'deleted' ORDER BY created_at, id`, templateID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (WarmWorkload, error) {
+		var w WarmWorkload
+		return w, r.Scan(&w.ID, &w.Version, &w.State)
+	})
 }

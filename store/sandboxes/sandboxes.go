@@ -160,7 +160,8 @@ type Request struct {
 // Draft writes the draft sandbox draftID and its authorization row, which
 // the decision is made on: parent the template's pool, owner the caller,
 // attributes templateId, vcpu, memoryGiB, gpus (the template's flavor),
-// ttlSeconds and warm. A TTL above the template's maximum is
+// ttlSeconds and warm (the template has a warm pool: the create may be
+// served from it). A TTL above the template's maximum is
 // INVALID_INPUT (field ttlSeconds, reason aboveMax), before any decision.
 func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, ownerID string, in Request) (store.AuthzResource, error) {
 	t, err := GetTemplate(ctx, tx, tenantID, in.TemplateID)
@@ -182,7 +183,7 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 	r := store.AuthzResource{Type: types.Sandbox, ID: draftID, TenantID: tenantID, OwnerID: ownerID,
 		ParentType: types.Pool, ParentID: t.PoolID, Attributes: map[string]any{
 			"templateId": t.ID, "vcpu": t.VCPU, "memoryGiB": float64(t.MemoryMiB) / 1024, "gpus": t.GPUs,
-			"ttlSeconds": ttl, "warm": false}}
+			"ttlSeconds": ttl, "warm": t.WarmPoolSize > 0}}
 	return r, store.PutAuthzResource(ctx, tx, r)
 }
 
@@ -215,22 +216,27 @@ func Complete(ctx context.Context, tx store.Tx, tenantID, id string) (Sandbox, e
 	if err != nil {
 		return Sandbox{}, err
 	}
-	runtime := ""
-	if t.Runtime == string(coresandboxes.RuntimeGVisor) {
-		runtime = "gvisor"
+	// A warm workload the node runs is claimed; without one the workload
+	// boots.
+	w, warm := instances.Instance{}, false
+	if t.WarmPoolSize > 0 {
+		if w, warm, err = instances.ClaimWarm(ctx, tx, tenantID, t.ID, t.Version, id, s.OwnerIdentityID); err != nil {
+			return Sandbox{}, err
+		}
 	}
-	w, err := instances.PlaceWorkload(ctx, tx, tenantID, instances.Workload{ID: WorkloadID(tenantID, id), SandboxID: id,
-		OwnerID: s.OwnerIdentityID, PoolID: t.PoolID, FlavorID: t.FlavorID, ImageID: t.ImageID, Name: hostName(id),
-		Runtime: runtime, Command: t.Command})
-	if err != nil {
-		return Sandbox{}, err
+	if !warm {
+		if w, err = instances.PlaceWorkload(ctx, tx, tenantID, instances.Workload{ID: WorkloadID(tenantID, id), SandboxID: id,
+			OwnerID: s.OwnerIdentityID, PoolID: t.PoolID, FlavorID: t.FlavorID, ImageID: t.ImageID, Name: hostName(id),
+			Runtime: workloadRuntime(t.Runtime), Command: t.Command}); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state = 'live', instance_id = $2,
 			expires_at = now() + ttl_seconds * interval '1 second', updated_at = now()
 		WHERE id = $1`, id, w.ID); err != nil {
 		return Sandbox{}, err
 	}
-	if err := publish(ctx, tx, s.Sandbox, "sandbox.created", map[string]any{"templateId": t.ID, "instanceId": w.ID}); err != nil {
+	if err := publish(ctx, tx, s.Sandbox, "sandbox.created", map[string]any{"templateId": t.ID, "instanceId": w.ID, "warm": warm}); err != nil {
 		return Sandbox{}, err
 	}
 	out, err := load(ctx, tx, tenantID, id, false)

@@ -13,6 +13,8 @@ import (
 func Register(r worker.Registry, a *activities.Sandboxes) {
 	r.RegisterWorkflowWithOptions(SandboxWorkflow, workflow.RegisterOptions{Name: activities.SandboxWorkflowName})
 	r.RegisterWorkflowWithOptions(ReconcileSandboxesWorkflow, workflow.RegisterOptions{Name: activities.ReconcileSandboxesWorkflowName})
+	r.RegisterWorkflowWithOptions(SandboxWarmPoolWorkflow, workflow.RegisterOptions{Name: activities.WarmPoolWorkflowName})
 	r.RegisterActivityWithOptions(a.Step, activity.RegisterOptions{Name: activities.ActivityStep})
+	r.RegisterActivityWithOptions(a.TopUpWarmPool, activity.RegisterOptions{Name: activities.ActivityTopUp})
 	r.RegisterActivityWithOptions(a.ReconcileSandboxes, activity.RegisterOptions{Name: activities.ActivityReconcile})
 }

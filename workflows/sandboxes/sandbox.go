@@ -83,6 +83,47 @@ func SandboxWorkflow(ctx workflow.Context, p activities.SandboxParams) error {
 	}
 }
 
+// SandboxWarmPoolWorkflow keeps a template's warm pool at its size
+// (workflow id activities.WarmPoolID): each round tops it up
+// (TopUpWarmPool: stale workloads deleted, missing ones placed and their
+// workflows started), then waits for a changed signal (a claim, a
+// template update) or the poll. It ends once the template is deleted and
+// its warm workloads are being deleted.
+func SandboxWarmPoolWorkflow(ctx workflow.Context, p activities.WarmPoolParams) error {
+	poll := p.PollEvery
+	if poll <= 0 {
+		poll = activities.DefaultSettledPoll
+	}
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
+			MaximumInterval: time.Minute},
+	})
+	var a *activities.Sandboxes
+	changed := workflow.GetSignalChannel(ctx, activities.SignalChanged)
+	for round := 0; ; round++ {
+		for changed.ReceiveAsync(nil) {
+		}
+		var pr activities.WarmProgress
+		if err := workflow.ExecuteActivity(ctx, a.TopUpWarmPool, p.TemplateID).Get(ctx, &pr); err != nil {
+			return err
+		}
+		if pr.Ended {
+			return nil
+		}
+		if round >= maxRounds {
+			return workflow.NewContinueAsNewError(ctx, activities.WarmPoolWorkflowName, p)
+		}
+		timerCtx, cancel := workflow.WithCancel(ctx)
+		timer := workflow.NewTimer(timerCtx, poll)
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+		sel.AddFuture(timer, func(workflow.Future) {})
+		sel.Select(ctx)
+		cancel()
+	}
+}
+
 // ReconcileInterval is how often the reconciler's schedule runs.
 const ReconcileInterval = time.Minute
 
