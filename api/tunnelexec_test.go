@@ -20,8 +20,9 @@ import (
 )
 
 // sandboxExecInput is the test's stand-in for sandboxes.exec's input: the
-// domain does not exist yet, so the test serves the method's row with a
-// handler that opens the exec tunnel on the test's node.
+// test serves the method's row with a handler that opens the exec tunnel
+// on the test's node, so the tunnel is tested without a sandbox's
+// workload (e2e/sandboxes_test.go runs the real method).
 type sandboxExecInput struct {
 	TenantID  string   `json:"tenantId" jsonschema:"required" id:"tenant"`
 	SandboxID string   `json:"sandboxId" jsonschema:"required" id:"sbx"`
@@ -77,7 +78,7 @@ func TestExecTunnelRunsACommandThroughTheNodesSession(t *testing.T) {
 	client := te.client(te.boot.UserToken)
 	ctx := context.Background()
 	sbx := core.NewID("sbx")
-	// The sandboxes domain does not exist yet: its authorization row
+	// No sandbox row: an authorization row
 	// stands in for the sandbox, so the decision on compute-sandbox can be
 	// made.
 	if err := te.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
