@@ -167,7 +167,7 @@ func TestSandboxesOnTheDevStack(t *testing.T) {
 		t.Fatalf("the workload is %s, %v", workload, err)
 	}
 	if _, err := sandboxes.Exec.Call(ctx, v.demo, sandboxes.ExecInput{TenantID: demoTenant, SandboxID: short.ID,
-		Command: []string{"true"}}); core.AsError(err).Code != core.CodeInvalidState {
+		Command: []string{"sh", "-c", "true"}}); core.AsError(err).Code != core.CodeInvalidState {
 		t.Fatalf("exec in an ended sandbox = %v", err)
 	}
 
