@@ -503,6 +503,7 @@ func (s *Stack) env() [][2]string {
 		{"BC_VPS_POOL", s.vps.HostPoolID},
 		{"BC_PROVIDER_POOL", s.vps.ProviderPoolID},
 		{"BC_DEMO_IMAGE", s.vps.ImageID},
+		{"BC_SANDBOX_TEMPLATE", s.vps.SandboxTemplateID},
 		{"BC_PROVIDER_URL", s.vps.ProviderURL},
 	}
 }
