@@ -141,13 +141,16 @@ func startVPSStack(tb testing.TB) *vpsStack {
 }
 
 // removeHostInstances removes what a failed test left on this machine:
-// the host agent's runc containers, their network namespaces and its VMs.
+// the host agent's runc containers and gVisor sandboxes, their network
+// namespaces and its VMs.
 func removeHostInstances(tb testing.TB, hostDir string) {
-	root := filepath.Join(hostDir, "runc")
-	out, _ := exec.Command("runc", "--root", root, "list", "-q").Output()
-	for _, id := range strings.Fields(string(out)) {
-		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
-		_ = exec.Command("ip", "netns", "del", "bc-"+id).Run()
+	for _, oci := range []string{"runc", "runsc"} { // containers, and gVisor sandboxes
+		root := filepath.Join(hostDir, oci)
+		out, _ := exec.Command(oci, "--root", root, "list", "-q").Output()
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.Command(oci, "--root", root, "delete", "--force", id).Run()
+			_ = exec.Command("ip", "netns", "del", "bc-"+id).Run()
+		}
 	}
 	pidfiles, _ := filepath.Glob(filepath.Join(hostDir, "instances", "*", "qemu.pid"))
 	for _, f := range pidfiles {
