@@ -476,7 +476,7 @@ func TestRootOverride(t *testing.T) {
 
 func TestPlannedMethodsAnswerUnsupported(t *testing.T) {
 	e := newEnv(t)
-	status, body := e.call(e.boot.UserToken, "sandboxes.extend", `{"tenantId":"acme","sandboxId":"sbx_01hzyx0000000000000000000a"}`)
+	status, body := e.call(e.boot.UserToken, "sandboxSnapshots.get", `{"tenantId":"acme","snapshotId":"snap_01hzyx0000000000000000000a"}`)
 	var out struct {
 		Error core.Error `json:"error"`
 	}
@@ -484,10 +484,10 @@ func TestPlannedMethodsAnswerUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	if status != 422 || out.Error.Code != core.CodeUnsupported || out.Error.Details["reason"] != "planned" || out.Error.Details["phase"] != "v0.5" {
-		t.Fatalf("sandboxes.extend = %d %s", status, body)
+		t.Fatalf("sandboxSnapshots.get = %d %s", status, body)
 	}
 	// Validation still comes first.
-	if status, _ := e.call(e.boot.UserToken, "sandboxes.extend", `{"tenantId":"acme","bogus":1}`); status != 400 {
+	if status, _ := e.call(e.boot.UserToken, "sandboxSnapshots.get", `{"tenantId":"acme","bogus":1}`); status != 400 {
 		t.Fatalf("planned method with bad input = %d, want 400", status)
 	}
 }

@@ -219,6 +219,50 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"sandboxTemplates.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
+			ids := pagingIDs("tpl", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO flavors (id, tenant_id, pool_id, name, vcpu, memory_mib, runtime)
+				VALUES ('flv_pg', 'acme', $1, 'paging', 1, 1024, 'container') ON CONFLICT DO NOTHING`, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandbox_templates (id, tenant_id, owner_identity_id, name, pool_id, flavor_id,
+					image_id, runtime, default_ttl_seconds, max_ttl_seconds, ttl_action)
+				SELECT id, 'acme', $2, id, $3, 'flv_pg', 'img_pg', 'gvisor', 60, 60, 'delete' FROM unnest($1::text[]) id`,
+				ids, owner, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id)
+				SELECT $2, id, 'acme', $3 FROM unnest($1::text[]) id`, ids, e.catalog.FullName("sandbox-template"), owner); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
+		"sandboxes.list": {input: map[string]any{"tenantId": "acme", "ended": true}, insert: func(first, n int) []string {
+			// The sandboxes' template has no authorization row, so
+			// sandboxTemplates.list's case never sees it.
+			tpl := "tpl_pgsandboxes"
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO flavors (id, tenant_id, pool_id, name, vcpu, memory_mib, runtime)
+				VALUES ('flv_pg', 'acme', $1, 'paging', 1, 1024, 'container') ON CONFLICT DO NOTHING`, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandbox_templates (id, tenant_id, owner_identity_id, name, pool_id, flavor_id,
+					image_id, runtime, default_ttl_seconds, max_ttl_seconds, ttl_action)
+				VALUES ($1, 'acme', $2, $1, $3, 'flv_pg', 'img_pg', 'gvisor', 60, 60, 'delete') ON CONFLICT DO NOTHING`,
+				tpl, owner, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			ids := pagingIDs("sbx", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandboxes (id, tenant_id, owner_identity_id, template_id, state, ttl_seconds)
+				SELECT id, 'acme', $2, $3, 'failed', 60 FROM unnest($1::text[]) id`, ids, owner, tpl); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id, parent_type, parent_id)
+				SELECT $2, id, 'acme', $3, $4, $5 FROM unnest($1::text[]) id`,
+				ids, e.catalog.FullName("sandbox"), owner, e.catalog.FullName("pool"), vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"nodes.listSshCerts": {input: map[string]any{"tenantId": "acme", "nodeId": node.ID}, insert: func(first, n int) []string {
 			ids := pagingIDs("sshc", first, n)
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO ssh_cas (id, tenant_id, public_key, fingerprint, kek_id, sealed)

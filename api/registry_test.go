@@ -192,7 +192,13 @@ func sample(t *testing.T, p map[string]any) any {
 		}
 		return out
 	case "array":
-		return []any{}
+		out := []any{}
+		if items, ok := p["items"].(map[string]any); ok {
+			for n := num(p["minItems"]); float64(len(out)) < n; {
+				out = append(out, sample(t, items))
+			}
+		}
+		return out
 	case "string":
 		s := ""
 		if pat, ok := p["pattern"].(string); ok {

@@ -110,10 +110,14 @@ var counter = []string{"/bin/sh", "-c", "i=0; while true; do i=$((i+1)); echo $i
 
 func readCount(t *testing.T, rt *runtime.Runtime, id string) int {
 	t.Helper()
-	n, err := strconv.Atoi(strings.TrimSpace(execOut(t, rt, id, "cat", "/tmp/count")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The counter rewrites the file (echo truncates first): a read may
+	// find it empty for a moment.
+	var n int
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
+		var err error
+		n, err = strconv.Atoi(strings.TrimSpace(execOut(t, rt, id, "cat", "/tmp/count")))
+		return err
+	})
 	return n
 }
 
