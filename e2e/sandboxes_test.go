@@ -261,3 +261,179 @@ func TestSandboxesWarmPool(t *testing.T) {
 	}
 	v.awaitSandbox(t, s.ID, "deleted")
 }
+
+// awaitSnapshot waits for the snapshot to leave creating and answers it.
+func (v *vpsStack) awaitSnapshot(tb testing.TB, id string) sandboxes.Snapshot {
+	tb.Helper()
+	var got sandboxes.Snapshot
+	testutil.EventuallyNil(tb, instanceWait, func() error {
+		var err error
+		if got, err = sandboxes.GetSnapshot.Call(context.Background(), v.demo, sandboxes.SnapshotRef{TenantID: demoTenant, SnapshotID: id}); err != nil {
+			tb.Fatal(err)
+		}
+		if got.State == "creating" {
+			return fmt.Errorf("snapshot %s is creating", id)
+		}
+		return nil
+	})
+	return got
+}
+
+// counter reads the guest's counter file.
+func (v *vpsStack) counter(tb testing.TB, id string) int {
+	tb.Helper()
+	n, err := v.readCounter(tb, id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+func (v *vpsStack) readCounter(tb testing.TB, id string) (int, error) {
+	tb.Helper()
+	out, errOut, st := v.exec(tb, id, "", "cat", "/var/count")
+	var n int
+	if _, err := fmt.Sscan(out, &n); err != nil || st.ExitCode != 0 {
+		return 0, fmt.Errorf("cat /var/count = %q %q %+v", out, errOut, st)
+	}
+	return n, nil
+}
+
+// A memory snapshot of a gVisor sandbox restores into new sandboxes, twice,
+// with its processes running on (a counter keeps counting from where it
+// was) and its files; the snapshot outlives its sandbox, is refused
+// deletion while a restore runs from it, and deleting removes it. A
+// template whose ttlAction is snapshot takes one at the deadline before
+// the workload goes.
+func TestSandboxSnapshots(t *testing.T) {
+	if _, err := osexec.LookPath("runsc"); err != nil {
+		t.Skip("memory snapshots need gVisor's runsc (.ci/run installs it)")
+	}
+	v := startVPSStack(t)
+	ctx := context.Background()
+
+	demo, err := sandboxes.GetTemplate.Call(ctx, v.demo, sandboxes.TemplateRef{TenantID: demoTenant, TemplateID: v.s.VPS().SandboxTemplateID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guest's command is a counter whose state is in its memory (i).
+	counting, err := sandboxes.CreateTemplate.Call(ctx, v.demo, sandboxes.TemplateInput{TenantID: demoTenant, Name: "counter", PoolID: demo.PoolID,
+		FlavorID: demo.FlavorID, ImageID: demo.ImageID, Command: []string{"/bin/sh", "-c",
+			"echo kept > /var/file; i=0; while true; do i=$((i+1)); echo $i > /var/count; sleep 0.1; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandboxes.Create.Call(ctx, v.demo, sandboxes.CreateInput{TenantID: demoTenant, IdempotencyKey: "snap-src",
+		TemplateID: counting.ID, TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = v.awaitSandbox(t, s.ID, "running")
+	deadline := v.expiresAt(t, s.ID)
+	testutil.EventuallyNil(t, time.Minute, func() error {
+		if n, err := v.readCounter(t, s.ID); err != nil || n < 5 {
+			return fmt.Errorf("the counter is at %d (%v)", n, err)
+		}
+		return nil
+	})
+
+	snap, err := sandboxes.TakeSnapshot.Call(ctx, v.demo, sandboxes.SnapshotInput{TenantID: demoTenant, SandboxID: s.ID,
+		IncludeMemory: true, IdempotencyKey: "snap-1"})
+	if err != nil || snap.State != "creating" || snap.OwnerIdentityID != s.OwnerIdentityID {
+		t.Fatalf("sandboxes.snapshot = %+v, %v", snap, err)
+	}
+	// A retry with the key answers the same snapshot.
+	if again, err := sandboxes.TakeSnapshot.Call(ctx, v.demo, sandboxes.SnapshotInput{TenantID: demoTenant, SandboxID: s.ID,
+		IncludeMemory: true, IdempotencyKey: "snap-1"}); err != nil || again.ID != snap.ID {
+		t.Fatalf("retried snapshot = %+v, %v", again, err)
+	}
+	snap = v.awaitSnapshot(t, snap.ID)
+	if snap.State != "ready" || snap.SizeBytes == 0 || len(snap.SHA256) != 64 {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	atSnapshot := v.counter(t, s.ID)
+	if _, err := sandboxes.Delete.Call(ctx, v.demo, sandboxes.SandboxInput{TenantID: demoTenant, SandboxID: s.ID}); err != nil {
+		t.Fatal(err)
+	}
+	v.awaitSandbox(t, s.ID, "deleted")
+	if !v.expiresAt(t, s.ID).Equal(deadline) {
+		t.Fatal("the deadline moved with a snapshot")
+	}
+
+	// Restored twice: both continue counting, with the files.
+	var restored []string
+	for i := range 2 {
+		r, err := sandboxes.Create.Call(ctx, v.demo, sandboxes.CreateInput{TenantID: demoTenant, IdempotencyKey: fmt.Sprintf("restore-%d", i),
+			FromSnapshot: snap.ID, TTLSeconds: 600})
+		if err != nil {
+			t.Fatalf("restore %d: %v", i, err)
+		}
+		if r.FromSnapshotID != snap.ID || r.TemplateID != s.TemplateID {
+			t.Fatalf("restored sandbox = %+v", r)
+		}
+		r = v.awaitSandbox(t, r.ID, "running")
+		rd := v.expiresAt(t, r.ID)
+		first := v.counter(t, r.ID)
+		// The snapshot was taken before atSnapshot was read: the restored
+		// counter starts a little below it, never from 1.
+		if first < atSnapshot-20 {
+			t.Fatalf("restore %d: the counter is at %d, the source was at %d", i, first, atSnapshot)
+		}
+		testutil.EventuallyNil(t, time.Minute, func() error {
+			if n := v.counter(t, r.ID); n <= first {
+				return fmt.Errorf("the restored counter stays at %d", n)
+			}
+			return nil
+		})
+		if out, _, _ := v.exec(t, r.ID, "", "cat", "/var/file"); out != "kept\n" {
+			t.Fatalf("restore %d: /var/file = %q", i, out)
+		}
+		if !v.expiresAt(t, r.ID).Equal(rd) {
+			t.Fatal("the deadline moved with a restore")
+		}
+		restored = append(restored, r.ID)
+	}
+	if _, err := sandboxes.DeleteSnapshot.Call(ctx, v.demo, sandboxes.SnapshotRef{TenantID: demoTenant, SnapshotID: snap.ID}); core.AsError(err).Details["reason"] != "inUse" {
+		t.Fatalf("deleting a snapshot in use = %v", err)
+	}
+	for _, id := range restored {
+		if _, err := sandboxes.Delete.Call(ctx, v.demo, sandboxes.SandboxInput{TenantID: demoTenant, SandboxID: id}); err != nil {
+			t.Fatal(err)
+		}
+		v.awaitSandbox(t, id, "deleted")
+	}
+	list, err := sandboxes.ListSnapshots.Call(ctx, v.demo, sandboxes.SnapshotListInput{TenantID: demoTenant, SandboxID: s.ID})
+	if err != nil || len(list.Items) != 1 || list.Items[0].ID != snap.ID {
+		t.Fatalf("sandboxSnapshots.list = %+v, %v", list, err)
+	}
+	if _, err := sandboxes.DeleteSnapshot.Call(ctx, v.demo, sandboxes.SnapshotRef{TenantID: demoTenant, SnapshotID: snap.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandboxes.GetSnapshot.Call(ctx, v.demo, sandboxes.SnapshotRef{TenantID: demoTenant, SnapshotID: snap.ID}); core.AsError(err).Code != core.CodeNotFound {
+		t.Fatalf("a deleted snapshot = %v", err)
+	}
+	if _, err := sandboxes.Create.Call(ctx, v.demo, sandboxes.CreateInput{TenantID: demoTenant, IdempotencyKey: "restore-gone",
+		FromSnapshot: snap.ID}); core.AsError(err).Code != core.CodeNotFound {
+		t.Fatalf("a restore of a deleted snapshot = %v", err)
+	}
+
+	// ttlAction snapshot: the deadline takes a memory snapshot, then ends.
+	tpl, err := sandboxes.CreateTemplate.Call(ctx, v.demo, sandboxes.TemplateInput{TenantID: demoTenant, Name: "pause-at-ttl", PoolID: demo.PoolID,
+		FlavorID: demo.FlavorID, ImageID: demo.ImageID, TTLAction: coresandboxes.TTLSnapshot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := sandboxes.Create.Call(ctx, v.demo, sandboxes.CreateInput{TenantID: demoTenant, IdempotencyKey: "ttl-snap",
+		TemplateID: tpl.ID, TTLSeconds: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.awaitSandbox(t, short.ID, "running")
+	if ended := v.awaitSandbox(t, short.ID, "deleted"); ended.EndReason != "ttl" {
+		t.Fatalf("ttl sandbox ended %+v", ended)
+	}
+	list, err = sandboxes.ListSnapshots.Call(ctx, v.demo, sandboxes.SnapshotListInput{TenantID: demoTenant, SandboxID: short.ID})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Reason != "ttl" || list.Items[0].State != "ready" || !list.Items[0].IncludeMemory {
+		t.Fatalf("the ttl snapshot = %+v, %v", list, err)
+	}
+}

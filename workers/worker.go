@@ -19,6 +19,7 @@ import (
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/drivers/providers"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workflows/cloudresources"
 	"github.com/better-compute/better-compute/workflows/health"
@@ -43,6 +44,9 @@ type Deps struct {
 	// provider pools (nil: those activities fail and are retried).
 	Providers providers.Factory
 	Secrets   *secrets.Vault
+	// Blobs holds images' and sandbox snapshots' bytes (nil: the
+	// reconciler keeps deleted snapshots' bytes).
+	Blobs blobs.Store
 	// CloudResources tunes the cloud-resource reconciler: the waits its
 	// workflows are started with and its bounds (tests shorten them).
 	CloudResources CloudResourcesTuning
@@ -83,7 +87,8 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 			return cloudresourcesact.StartResource(ctx, c, ControlPlaneQueue, p)
 		}})
 	sandboxes.Register(r, &sandboxesact.Sandboxes{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue,
-		SandboxType: catalogOf(deps).FullName(coresandboxes.ResourceType)})
+		SandboxType:  catalogOf(deps).FullName(coresandboxes.ResourceType),
+		SnapshotType: catalogOf(deps).FullName(coresandboxes.SnapshotResourceType), Blobs: deps.Blobs})
 }
 
 // catalogOf is deps' catalog, or the default one.

@@ -9,6 +9,7 @@ import (
 
 	instancesact "github.com/better-compute/better-compute/activities/instances"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/instances"
 	domain "github.com/better-compute/better-compute/store/sandboxes"
 )
@@ -20,8 +21,12 @@ type Sandboxes struct {
 	Temporal  client.Client
 	TaskQueue string
 	// SandboxType is the sandbox type's full catalog name (the drafts'
-	// authorization rows the sweep deletes).
-	SandboxType string
+	// authorization rows the sweep deletes), SnapshotType the snapshot
+	// type's (a ttlAction snapshot's authorization row).
+	SandboxType, SnapshotType string
+	// Blobs holds snapshots' bytes: the reconciler removes those of
+	// deleted and failed snapshots (nil: they are kept).
+	Blobs blobs.Store
 }
 
 // Step runs one step of the sandbox's lifetime (store/sandboxes.Step) and,
@@ -29,7 +34,7 @@ type Sandboxes struct {
 func (a *Sandboxes) Step(ctx context.Context, id string) (Progress, error) {
 	var p domain.Progress
 	if err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		p, err = domain.Step(ctx, tx, id)
+		p, err = domain.Step(ctx, tx, id, a.SnapshotType)
 		return err
 	}); err != nil {
 		return Progress{}, err
@@ -79,8 +84,9 @@ const ReconcileGrace = 2 * time.Second
 
 // ReconcileSandboxes starts the workflows of live sandboxes and of warm
 // pools: a closed run is started again, a running one kept (a warm pool's
-// is signalled, so it tops up). Then it sweeps drafts older than an hour.
-// It answers how many it started.
+// is signalled, so it tops up). Then it sweeps drafts older than an hour
+// and removes the bytes of deleted and failed snapshots. It answers how
+// many workflows it started.
 func (a *Sandboxes) ReconcileSandboxes(ctx context.Context) (int, error) {
 	started, after := 0, ""
 	for {
@@ -124,9 +130,37 @@ func (a *Sandboxes) ReconcileSandboxes(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+	if err := a.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
 		_, err := domain.SweepDrafts(ctx, tx, a.SandboxType, time.Hour)
 		return err
-	})
-	return started, err
+	}); err != nil {
+		return started, err
+	}
+	return started, a.removeSnapshotBlobs(ctx)
+}
+
+// removeSnapshotBlobs removes the bytes of deleted and failed snapshots
+// that nothing else of their tenant shares, then records each removal: a
+// crash in between removes it again (a missing blob is no error).
+func (a *Sandboxes) removeSnapshotBlobs(ctx context.Context) error {
+	if a.Blobs == nil {
+		return nil
+	}
+	for {
+		list, err := domain.UnremovedBlobs(ctx, a.Store.Pool, reconcilePage)
+		if err != nil {
+			return err
+		}
+		for _, b := range list {
+			if err := a.Blobs.Delete(ctx, blobs.Key{TenantID: b.TenantID, SHA256: b.SHA256}); err != nil {
+				return fmt.Errorf("sandboxes: removing snapshot %s's bytes: %w", b.SnapshotID, err)
+			}
+			if err := domain.BlobRemoved(ctx, a.Store.Pool, b.SnapshotID); err != nil {
+				return err
+			}
+		}
+		if len(list) < reconcilePage {
+			return nil
+		}
+	}
 }

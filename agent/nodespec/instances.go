@@ -43,6 +43,18 @@ type Instance struct {
 	// sandbox snapshot (protocol.SandboxSnapshotPath) instead of Image:
 	// its rootfs, and for a memory snapshot (gvisor only) its processes.
 	Restore *InstanceRestore `json:"restore,omitempty"`
+	// Snapshots are the snapshots the control plane wants taken of this
+	// running container or gvisor instance: the agent checkpoints it
+	// (leaving it running) and PUTs each to protocol.SandboxSnapshotPath
+	// once; a snapshot leaves the list when the control plane has it.
+	Snapshots []InstanceSnapshot `json:"snapshots,omitempty"`
+}
+
+// InstanceSnapshot asks for one snapshot of an instance.
+type InstanceSnapshot struct {
+	ID string `json:"id"`
+	// Memory asks for the processes too (a gVisor checkpoint).
+	Memory bool `json:"memory,omitempty"`
 }
 
 // InstanceRestore names the snapshot an instance is made from.

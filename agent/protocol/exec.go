@@ -12,5 +12,10 @@ type ExecSpec struct {
 // SandboxSnapshotPath + "<snapshotId>" is a sandbox snapshot's tar on the
 // agent listener, under the node's mutual-TLS identity: GET fetches it
 // (an instance restored from it), PUT uploads it (body the tar, header
-// X-Content-SHA256 its hex SHA-256).
-const SandboxSnapshotPath = "/agent/v1/sandbox-snapshots/"
+// X-Content-SHA256 its hex SHA-256). SandboxSnapshotFailurePath +
+// "<snapshotId>" (POST, body the reason as text) says the node could not
+// take it.
+const (
+	SandboxSnapshotPath        = "/agent/v1/sandbox-snapshots/"
+	SandboxSnapshotFailurePath = "/agent/v1/sandbox-snapshot-failures/"
+)

@@ -450,6 +450,9 @@ func (r *Runtime) converge(ctx context.Context, in nodespec.Instance) {
 		}
 	}
 	r.setStatus(st)
+	if st.State == protocol.InstanceRunning && len(in.Snapshots) > 0 {
+		r.takeSnapshots(ctx, in)
+	}
 }
 
 func (r *Runtime) convergeOnce(ctx context.Context, in nodespec.Instance) (protocol.InstanceStatus, error) {

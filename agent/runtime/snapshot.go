@@ -128,6 +128,9 @@ func fileSHA256(path string) (string, int64, error) {
 // (protocol.SandboxSnapshotPath + snapshotID) with the node's mutual-TLS
 // client, its SHA-256 in X-Content-SHA256.
 func (r *Runtime) UploadSnapshot(ctx context.Context, client *http.Client, endpoint, snapshotID, path string) error {
+	if client == nil || endpoint == "" {
+		return fmt.Errorf("no agent endpoint")
+	}
 	sum, size, err := fileSHA256(path)
 	if err != nil {
 		return err
@@ -244,4 +247,70 @@ func (r *Runtime) prepareRestore(ctx context.Context, rt ociRuntime, in nodespec
 		return "", err
 	}
 	return checkpoint, nil
+}
+
+// takeSnapshots takes each snapshot the spec asks of the running instance
+// in that this node has not sent yet: Checkpoint, then UploadSnapshot to
+// the agent endpoint, then the tar is removed (the control plane keeps
+// it). A marker (<id>.sent) keeps a restarted agent from taking one
+// twice. A checkpoint that fails is reported (SandboxSnapshotFailurePath)
+// and not tried again; an upload that fails is tried again at the next
+// step (the control plane bounds how long it waits).
+func (r *Runtime) takeSnapshots(ctx context.Context, in nodespec.Instance) {
+	for _, s := range in.Snapshots {
+		if !idPattern.MatchString(s.ID) {
+			r.log.Error("runtime: a snapshot id is not a safe name", "instance", in.ID, "snapshot", s.ID)
+			continue
+		}
+		marker := filepath.Join(r.snapshotsDir(), s.ID+".sent")
+		if _, err := os.Stat(marker); err == nil {
+			continue
+		}
+		path, _, _, err := r.Checkpoint(ctx, in.ID, s.ID, s.Memory)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Error("runtime: a snapshot failed", "instance", in.ID, "snapshot", s.ID, "error", err)
+			if rerr := r.reportSnapshotFailure(ctx, s.ID, err.Error()); rerr != nil {
+				r.log.Warn("runtime: reporting a failed snapshot", "snapshot", s.ID, "error", rerr)
+				continue
+			}
+		} else {
+			if err := r.UploadSnapshot(ctx, r.o.Client, r.o.Endpoint, s.ID, path); err != nil {
+				r.log.Warn("runtime: uploading a snapshot; tried again at the next step", "snapshot", s.ID, "error", err)
+				continue
+			}
+			_ = os.Remove(path)
+		}
+		if err := writeFileAtomic(marker, nil, 0o600); err != nil {
+			r.log.Warn("runtime: marking a snapshot sent", "snapshot", s.ID, "error", err)
+		}
+	}
+}
+
+// reportSnapshotFailure tells the control plane the node could not take
+// snapshotID.
+func (r *Runtime) reportSnapshotFailure(ctx context.Context, snapshotID, reason string) error {
+	if r.o.Client == nil || r.o.Endpoint == "" {
+		return fmt.Errorf("no agent endpoint")
+	}
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		strings.TrimRight(r.o.Endpoint, "/")+protocol.SandboxSnapshotFailurePath+snapshotID, strings.NewReader(reason))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := r.o.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
 }

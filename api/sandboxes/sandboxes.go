@@ -44,12 +44,14 @@ type TemplateList struct {
 }
 
 // CreateInput is sandboxes.create's input: a template and, optionally, a
-// lifetime within the template's maximum (else its default).
+// lifetime within the template's maximum (else its default); or a
+// snapshot to restore (its template when templateId is absent).
 type CreateInput struct {
 	TenantID       string `json:"tenantId" jsonschema:"required" id:"tenant"`
 	IdempotencyKey string `json:"idempotencyKey" jsonschema:"required" id:"tenant"`
-	TemplateID     string `json:"templateId" jsonschema:"required" id:"tpl"`
+	TemplateID     string `json:"templateId,omitempty" id:"tpl"`
 	TTLSeconds     int    `json:"ttlSeconds,omitempty" jsonschema:"minimum=1,maximum=86400"`
+	FromSnapshot   string `json:"fromSnapshot,omitempty" id:"snap"`
 }
 
 // SandboxInput names one sandbox.
@@ -163,13 +165,13 @@ func (m methods) templateType() string {
 // Methods describes the sandboxes.* and sandboxTemplates.* methods.
 func Methods(d rpc.Deps) []rpc.Descriptor {
 	m := methods{d}
-	return []rpc.Descriptor{
+	return append(m.snapshots(), []rpc.Descriptor{
 		&rpc.Method[CreateInput, Sandbox]{Name: Create, Action: "compute:sandboxes:create", DecidedOn: "compute-sandbox (the draft)",
 			Phase: "v0.5", Kind: core.KindAdmission,
 			Admission: &rpc.Admission[CreateInput, Sandbox]{
 				Prepare: func(ctx context.Context, c *rpc.Call, tx store.Tx, draftID string, in CreateInput) (iam.Resource, error) {
 					row, err := domain.Draft(ctx, tx, m.types(), c.TenantID, draftID, c.Caller.IdentityID,
-						domain.Request{TemplateID: in.TemplateID, TTLSeconds: in.TTLSeconds})
+						domain.Request{TemplateID: in.TemplateID, TTLSeconds: in.TTLSeconds, FromSnapshot: in.FromSnapshot})
 					return iam.Resource{Type: row.Type, ID: row.ID}, err
 				},
 				Complete: func(ctx context.Context, c *rpc.Call, tx store.Tx, _ CreateInput) (Sandbox, error) {
@@ -289,7 +291,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			After: func(ctx context.Context, c *rpc.Call, _ TemplateRef, t Template) (Template, error) {
 				return m.warmPool(ctx, c, t)
 			}},
-	}
+	}...)
 }
 
 // started starts the admitted sandbox's workload's workflow and its own

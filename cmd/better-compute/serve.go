@@ -158,8 +158,14 @@ func workerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var blobStore blobs.Store
+			if cfg.BlobDir != "" {
+				if blobStore, err = blobs.NewDir(cfg.BlobDir); err != nil {
+					return err
+				}
+			}
 			w := workers.NewControlPlane(b.temporal, workers.Deps{Store: b.store, Metrics: metrics,
-				Providers: providerFactory, Secrets: secrets.NewVault(keys, cfg.RootTenant)})
+				Providers: providerFactory, Secrets: secrets.NewVault(keys, cfg.RootTenant), Blobs: blobStore})
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}

@@ -250,6 +250,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
+	// Images' and sandbox snapshots' bytes, kept with the checkout's other dev state.
+	blobStore, err := blobs.NewDir(filepath.Join(o.Dir, BlobDir))
+	if err != nil {
+		return s, err
+	}
 	// One registry for the API and the worker: /metrics shows both.
 	metrics := prometheus.NewRegistry()
 	if !o.NoWorker {
@@ -262,7 +267,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return s, err
 		}
 		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store, Metrics: wm,
-			Providers: providerFactory, Secrets: secrets.NewVault(keys, api.DefaultRootTenant), CloudResources: o.CloudResources})
+			Providers: providerFactory, Secrets: secrets.NewVault(keys, api.DefaultRootTenant), Blobs: blobStore,
+			CloudResources: o.CloudResources})
 		if err = s.worker.Start(); err != nil {
 			return s, fmt.Errorf("worker: %w", err)
 		}
@@ -272,11 +278,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	ca, err := nodeca.LoadOrGenerate(filepath.Join(o.Dir, "node-ca"))
-	if err != nil {
-		return s, err
-	}
-	// Images' bytes, kept with the checkout's other dev state.
-	blobStore, err := blobs.NewDir(filepath.Join(o.Dir, BlobDir))
 	if err != nil {
 		return s, err
 	}

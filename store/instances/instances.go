@@ -488,6 +488,9 @@ type Workload struct {
 	// template version's pool (SandboxID empty until ClaimWarm).
 	WarmTemplateID string
 	WarmVersion    int64
+	// RestoreSnapshotID makes it from a sandbox snapshot (its rootfs, and
+	// its processes for a memory snapshot) instead of its image.
+	RestoreSnapshotID string
 }
 
 // PlaceWorkload writes a sandbox's workload and places it as Place places
@@ -498,10 +501,10 @@ func PlaceWorkload(ctx context.Context, tx store.Tx, tenantID string, w Workload
 		w.Command = []string{}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id, name,
-			desired_state, state, command, sandbox_id, runtime, warm_template_id, warm_version)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, NULLIF($9, ''), $10, NULLIF($11, ''), NULLIF($12, 0))`,
+			desired_state, state, command, sandbox_id, runtime, warm_template_id, warm_version, restore_snapshot_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, NULLIF($9, ''), $10, NULLIF($11, ''), NULLIF($12, 0), NULLIF($13, ''))`,
 		w.ID, tenantID, w.OwnerID, w.PoolID, w.FlavorID, w.ImageID, w.Name, w.Command, w.SandboxID, w.Runtime,
-		w.WarmTemplateID, w.WarmVersion); err != nil {
+		w.WarmTemplateID, w.WarmVersion, w.RestoreSnapshotID); err != nil {
 		return Instance{}, err
 	}
 	return Place(ctx, tx, tenantID, w.ID)

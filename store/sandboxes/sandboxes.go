@@ -52,12 +52,12 @@ type Sandbox struct {
 // row is a sandbox row with its workload's columns, as read.
 type row struct {
 	Sandbox
-	stored, instanceState, observedState string
+	stored, instanceState, observedState, desiredState string
 	observedGeneration, generation       int64
 }
 
 var sandboxColumns = `s.id, s.tenant_id, s.owner_identity_id, s.template_id, t.pool_id, s.state, COALESCE(i.state, ''),
-	COALESCE(i.observed_state, ''), COALESCE(i.observed_generation, 0), COALESCE(i.generation, 0),
+	COALESCE(i.observed_state, ''), COALESCE(i.observed_generation, 0), COALESCE(i.generation, 0), COALESCE(i.desired_state, ''),
 	COALESCE(s.instance_id, ''), COALESCE(i.node_id, ''), COALESCE(i.address, ''), t.runtime, f.vcpu, f.memory_mib, f.gpus,
 	s.ttl_seconds, COALESCE(` + ms("s.expires_at") + `, 0), s.end_reason, COALESCE(s.from_snapshot_id, ''), s.failure,
 	` + ms("s.created_at") + `, ` + ms("s.updated_at") + `, COALESCE(` + ms("s.ended_at") + `, 0)`
@@ -69,7 +69,7 @@ func scanSandbox(r pgx.Row) (row, error) {
 	var s row
 	var failure []byte
 	err := r.Scan(&s.ID, &s.TenantID, &s.OwnerIdentityID, &s.TemplateID, &s.PoolID, &s.stored, &s.instanceState,
-		&s.observedState, &s.observedGeneration, &s.generation,
+		&s.observedState, &s.observedGeneration, &s.generation, &s.desiredState,
 		&s.InstanceID, &s.NodeID, &s.Address, &s.Runtime, &s.VCPU, &s.MemoryMiB, &s.GPUs,
 		&s.TTLSeconds, &s.ExpiresAt, &s.EndReason, &s.FromSnapshotID, &failure, &s.CreatedAt, &s.UpdatedAt, &s.EndedAt)
 	if failure != nil {
@@ -152,21 +152,44 @@ type Types struct{ Sandbox, Pool string }
 
 // Request is what sandboxes.create asks.
 type Request struct {
+	// TemplateID is the template; with FromSnapshot, "" is the
+	// snapshot's.
 	TemplateID string
 	// TTLSeconds is the lifetime asked (0: the template's default).
 	TTLSeconds int
+	// FromSnapshot restores a ready snapshot of the tenant (its template's
+	// sandbox): its disk and, for a memory snapshot, its processes.
+	FromSnapshot string
 }
 
 // Draft writes the draft sandbox draftID and its authorization row, which
 // the decision is made on: parent the template's pool, owner the caller,
 // attributes templateId, vcpu, memoryGiB, gpus (the template's flavor),
 // ttlSeconds and warm (the template has a warm pool: the create may be
-// served from it). A TTL above the template's maximum is
-// INVALID_INPUT (field ttlSeconds, reason aboveMax), before any decision.
+// served from it), and fromSnapshot on a restore. A TTL above the
+// template's maximum is INVALID_INPUT (field ttlSeconds, reason
+// aboveMax), and a snapshot that cannot be restored is refused
+// (restoreSource), before any decision.
 func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, ownerID string, in Request) (store.AuthzResource, error) {
-	t, err := GetTemplate(ctx, tx, tenantID, in.TemplateID)
+	templateID := in.TemplateID
+	if in.FromSnapshot != "" && templateID == "" {
+		snap, err := GetSnapshot(ctx, tx, tenantID, in.FromSnapshot)
+		if err != nil {
+			return store.AuthzResource{}, err
+		}
+		templateID = snap.TemplateID
+	}
+	if templateID == "" {
+		return store.AuthzResource{}, badField("templateId", "required", "templateId is required without fromSnapshot")
+	}
+	t, err := GetTemplate(ctx, tx, tenantID, templateID)
 	if err != nil {
 		return store.AuthzResource{}, err
+	}
+	if in.FromSnapshot != "" {
+		if _, err := restoreSource(ctx, tx, tenantID, in.FromSnapshot, t); err != nil {
+			return store.AuthzResource{}, err
+		}
 	}
 	ttl := in.TTLSeconds
 	if ttl == 0 {
@@ -176,14 +199,17 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 		return store.AuthzResource{}, core.Errorf(core.CodeInvalidInput, "ttlSeconds %d is above template %s's maximum of %d", ttl, t.ID, t.MaxTTLSeconds).
 			WithDetails(map[string]any{"field": "ttlSeconds", "reason": "aboveMax", "maxTtlSeconds": t.MaxTTLSeconds})
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO sandboxes (id, tenant_id, owner_identity_id, template_id, state, ttl_seconds)
-		VALUES ($1, $2, $3, $4, 'draft', $5)`, draftID, tenantID, ownerID, t.ID, ttl); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO sandboxes (id, tenant_id, owner_identity_id, template_id, state, ttl_seconds, from_snapshot_id)
+		VALUES ($1, $2, $3, $4, 'draft', $5, NULLIF($6, ''))`, draftID, tenantID, ownerID, t.ID, ttl, in.FromSnapshot); err != nil {
 		return store.AuthzResource{}, err
 	}
+	attrs := map[string]any{"templateId": t.ID, "vcpu": t.VCPU, "memoryGiB": float64(t.MemoryMiB) / 1024, "gpus": t.GPUs,
+		"ttlSeconds": ttl, "warm": t.WarmPoolSize > 0 && in.FromSnapshot == ""}
+	if in.FromSnapshot != "" {
+		attrs["fromSnapshot"] = in.FromSnapshot
+	}
 	r := store.AuthzResource{Type: types.Sandbox, ID: draftID, TenantID: tenantID, OwnerID: ownerID,
-		ParentType: types.Pool, ParentID: t.PoolID, Attributes: map[string]any{
-			"templateId": t.ID, "vcpu": t.VCPU, "memoryGiB": float64(t.MemoryMiB) / 1024, "gpus": t.GPUs,
-			"ttlSeconds": ttl, "warm": t.WarmPoolSize > 0}}
+		ParentType: types.Pool, ParentID: t.PoolID, Attributes: attrs}
 	return r, store.PutAuthzResource(ctx, tx, r)
 }
 
@@ -216,10 +242,10 @@ func Complete(ctx context.Context, tx store.Tx, tenantID, id string) (Sandbox, e
 	if err != nil {
 		return Sandbox{}, err
 	}
-	// A warm workload the node runs is claimed; without one the workload
-	// boots.
+	// A warm workload the node runs is claimed; without one (or for a
+	// restore) the workload boots.
 	w, warm := instances.Instance{}, false
-	if t.WarmPoolSize > 0 {
+	if t.WarmPoolSize > 0 && s.FromSnapshotID == "" {
 		if w, warm, err = instances.ClaimWarm(ctx, tx, tenantID, t.ID, t.Version, id, s.OwnerIdentityID); err != nil {
 			return Sandbox{}, err
 		}
@@ -227,7 +253,7 @@ func Complete(ctx context.Context, tx store.Tx, tenantID, id string) (Sandbox, e
 	if !warm {
 		if w, err = instances.PlaceWorkload(ctx, tx, tenantID, instances.Workload{ID: WorkloadID(tenantID, id), SandboxID: id,
 			OwnerID: s.OwnerIdentityID, PoolID: t.PoolID, FlavorID: t.FlavorID, ImageID: t.ImageID, Name: hostName(id),
-			Runtime: workloadRuntime(t.Runtime), Command: t.Command}); err != nil {
+			Runtime: workloadRuntime(t.Runtime), Command: t.Command, RestoreSnapshotID: s.FromSnapshotID}); err != nil {
 			return Sandbox{}, err
 		}
 	}
@@ -236,7 +262,8 @@ func Complete(ctx context.Context, tx store.Tx, tenantID, id string) (Sandbox, e
 		WHERE id = $1`, id, w.ID); err != nil {
 		return Sandbox{}, err
 	}
-	if err := publish(ctx, tx, s.Sandbox, "sandbox.created", map[string]any{"templateId": t.ID, "instanceId": w.ID, "warm": warm}); err != nil {
+	if err := publish(ctx, tx, s.Sandbox, "sandbox.created", map[string]any{"templateId": t.ID, "instanceId": w.ID, "warm": warm,
+		"fromSnapshot": s.FromSnapshotID}); err != nil {
 		return Sandbox{}, err
 	}
 	out, err := load(ctx, tx, tenantID, id, false)
@@ -331,12 +358,23 @@ func Extend(ctx context.Context, tx store.Tx, tenantID, id string, expiresAt int
 }
 
 // end moves a live sandbox to deleting with reason, and deletes its
-// workload (instances.Change), in the caller's transaction.
+// workload (deleteWorkload) unless a snapshot of it is being taken: the
+// workflow deletes it once none is.
 func end(ctx context.Context, tx store.Tx, s row, reason string) error {
 	if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state = 'deleting', end_reason = $2, updated_at = now() WHERE id = $1`, s.ID, reason); err != nil {
 		return err
 	}
-	if s.InstanceID == "" {
+	pending, err := expireSnapshots(ctx, tx, s.ID, false)
+	if err != nil || pending {
+		return err
+	}
+	return deleteWorkload(ctx, tx, s)
+}
+
+// deleteWorkload deletes s's workload (instances.Change), in the caller's
+// transaction.
+func deleteWorkload(ctx context.Context, tx store.Tx, s row) error {
+	if s.InstanceID == "" || s.desiredState == string(instancestates.Deleted) {
 		return nil
 	}
 	_, _, err := instances.Change(ctx, tx, s.TenantID, s.InstanceID, instancestates.MethodDelete)
@@ -344,6 +382,31 @@ func end(ctx context.Context, tx store.Tx, s row, reason string) error {
 		return nil
 	}
 	return err
+}
+
+// ttlEnd ends a live sandbox at its deadline: with the template's
+// ttlAction snapshot and its workload running, a snapshot is taken first
+// (memory included under gvisor) and the workload deleted once it is
+// ready or failed.
+func ttlEnd(ctx context.Context, tx store.Tx, s row, snapshotType string) error {
+	var action string
+	if err := tx.QueryRow(ctx, `SELECT ttl_action FROM sandbox_templates WHERE id = $1`, s.TemplateID).Scan(&action); err != nil {
+		return err
+	}
+	if action == string(coresandboxes.TTLSnapshot) && runnable(s) == nil {
+		var busy bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sandbox_snapshots WHERE sandbox_id = $1 AND state = 'creating')`, s.ID).
+			Scan(&busy); err != nil {
+			return err
+		}
+		if !busy {
+			if _, err := takeSnapshot(ctx, tx, snapshotType, s, core.DerivedID("snap", s.TenantID, "ttl", s.ID),
+				s.Runtime == string(coresandboxes.RuntimeGVisor), "ttl"); err != nil && !errors.As(err, new(*core.Error)) {
+				return err
+			}
+		}
+	}
+	return end(ctx, tx, s, coresandboxes.EndTTL)
 }
 
 // Delete ends the tenant's sandbox (reason deleted): live -> deleting, its
@@ -379,10 +442,13 @@ type Progress struct {
 
 // Step is one step of the sandbox's workflow, in one transaction: past
 // its deadline (by the database's clock) a live sandbox ends with reason
-// ttl; a live one whose workload failed or went away ends with reason
-// workloadGone; a deleting one whose workload is deleted is recorded
-// deleted (sandbox.ended). A missing sandbox is Ended.
-func Step(ctx context.Context, tx store.Tx, id string) (Progress, error) {
+// ttl (ttlEnd: a snapshot first when its template says so); a live one
+// whose workload failed or went away ends with reason workloadGone; a
+// deleting one deletes its workload once no snapshot of it is being taken
+// (expireSnapshots bounds the wait) and is recorded deleted
+// (sandbox.ended) once its workload is. A missing sandbox is Ended.
+// snapshotType is the snapshot type's full name.
+func Step(ctx context.Context, tx store.Tx, id, snapshotType string) (Progress, error) {
 	var tenantID string
 	err := tx.QueryRow(ctx, `SELECT tenant_id FROM sandboxes WHERE id = $1`, id).Scan(&tenantID)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -399,20 +465,29 @@ func Step(ctx context.Context, tx store.Tx, id string) (Progress, error) {
 	if err := tx.QueryRow(ctx, `SELECT `+ms("now()")).Scan(&now); err != nil {
 		return Progress{}, err
 	}
-	if s.stored == coresandboxes.StoredLive {
+	gone := s.instanceState == string(instancestates.Failed) || s.instanceState == string(instancestates.Deleted) ||
+		s.instanceState == string(instancestates.Deleting) || s.instanceState == ""
+	switch s.stored {
+	case coresandboxes.StoredLive:
 		switch {
 		case now >= s.ExpiresAt:
-			err = end(ctx, tx, s, coresandboxes.EndTTL)
-		case s.instanceState == string(instancestates.Failed) || s.instanceState == string(instancestates.Deleted) ||
-			s.instanceState == string(instancestates.Deleting) || s.instanceState == "":
+			err = ttlEnd(ctx, tx, s, snapshotType)
+		case gone:
 			err = end(ctx, tx, s, coresandboxes.EndWorkloadGone)
+		default:
+			_, err = expireSnapshots(ctx, tx, s.ID, false)
 		}
-		if err != nil {
-			return Progress{}, err
+	case coresandboxes.StoredDeleting:
+		var pending bool
+		if pending, err = expireSnapshots(ctx, tx, s.ID, gone); err == nil && !pending {
+			err = deleteWorkload(ctx, tx, s)
 		}
-		if s, err = load(ctx, tx, tenantID, id, false); err != nil {
-			return Progress{}, err
-		}
+	}
+	if err != nil {
+		return Progress{}, err
+	}
+	if s, err = load(ctx, tx, tenantID, id, false); err != nil {
+		return Progress{}, err
 	}
 	if s.stored == coresandboxes.StoredDeleting && (s.instanceState == "" || s.instanceState == string(instancestates.Deleted)) {
 		if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state = 'deleted', ended_at = now(), updated_at = now() WHERE id = $1`, id); err != nil {
@@ -439,14 +514,24 @@ func ExecTarget(ctx context.Context, tx store.Tx, tenantID, id string) (nodeID, 
 	if s.stored == coresandboxes.StoredDraft || s.stored == coresandboxes.StoredDenied {
 		return "", "", notFound(id)
 	}
-	if s.stored != coresandboxes.StoredLive {
-		return "", "", stateError(s, string(coresandboxes.Running))
-	}
-	if s.observedState != "running" || s.observedGeneration != s.generation || s.NodeID == "" {
-		return "", "", core.Errorf(core.CodeInvalidState, "sandbox %s is %s; its workload is not running yet", id, s.State).
-			WithDetails(map[string]any{"reason": "notRunning", "state": s.State})
+	if err := runnable(s); err != nil {
+		return "", "", err
 	}
 	return s.NodeID, s.InstanceID, nil
+}
+
+// runnable says whether s is live with its workload reported running by
+// its node at its current generation (else INVALID_STATE, reason state,
+// or notRunning): what an exec or a snapshot needs.
+func runnable(s row) error {
+	if s.stored != coresandboxes.StoredLive {
+		return stateError(s, string(coresandboxes.Running))
+	}
+	if s.observedState != "running" || s.observedGeneration != s.generation || s.NodeID == "" {
+		return core.Errorf(core.CodeInvalidState, "sandbox %s is %s; its workload is not running yet", s.ID, s.State).
+			WithDetails(map[string]any{"reason": "notRunning", "state": s.State})
+	}
+	return nil
 }
 
 // WorkflowStarted records that the sandbox's workflow was started.

@@ -150,6 +150,9 @@ func (s TemplateSpec) check(ctx context.Context, tx store.Tx, tenantID string) e
 	if len(s.Command) > 0 && s.Runtime == coresandboxes.RuntimeVM {
 		return badField("command", "runtime", "command is for container runtimes only")
 	}
+	if s.TTLAction == coresandboxes.TTLSnapshot && s.Runtime == coresandboxes.RuntimeVM {
+		return badField("ttlAction", "runtime", "ttlAction snapshot needs a gvisor or runc template; vm sandboxes have no snapshots yet")
+	}
 	return nil
 }
 
