@@ -53,7 +53,7 @@ type Sandbox struct {
 type row struct {
 	Sandbox
 	stored, instanceState, observedState, desiredState string
-	observedGeneration, generation       int64
+	observedGeneration, generation                     int64
 }
 
 var sandboxColumns = `s.id, s.tenant_id, s.owner_identity_id, s.template_id, t.pool_id, s.state, COALESCE(i.state, ''),
