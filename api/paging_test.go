@@ -263,6 +263,42 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"sandboxSnapshots.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
+			// One sandbox (of a template without an authorization row)
+			// with its workload holds every snapshot.
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO flavors (id, tenant_id, pool_id, name, vcpu, memory_mib, runtime)
+				VALUES ('flv_pg', 'acme', $1, 'paging', 1, 1024, 'container') ON CONFLICT DO NOTHING`, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandbox_templates (id, tenant_id, owner_identity_id, name, pool_id, flavor_id,
+					image_id, runtime, default_ttl_seconds, max_ttl_seconds, ttl_action)
+				VALUES ('tpl_pgsnapshots', 'acme', $1, 'tpl_pgsnapshots', $2, 'flv_pg', 'img_pg', 'gvisor', 60, 60, 'delete') ON CONFLICT DO NOTHING`,
+				owner, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id,
+					name, desired_state, state)
+				VALUES ('inst_pgsnapshots', 'acme', $1, $2, 'flv_pg', 'img_pg', 'paging', 'stopped', 'stopped') ON CONFLICT DO NOTHING`,
+				owner, vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandboxes (id, tenant_id, owner_identity_id, template_id, state, ttl_seconds)
+				VALUES ('sbx_pgsnapshots', 'acme', $1, 'tpl_pgsnapshots', 'failed', 60) ON CONFLICT DO NOTHING`, owner); err != nil {
+				t.Fatal(err)
+			}
+			ids := pagingIDs("snap", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandbox_snapshots (id, tenant_id, owner_identity_id, sandbox_id, template_id,
+					instance_id, node_id, runtime, image_id, include_memory, reason, state, failure)
+				SELECT id, 'acme', $2, 'sbx_pgsnapshots', 'tpl_pgsnapshots', 'inst_pgsnapshots', 'node_pg', 'gvisor', 'img_pg', true,
+					'requested', 'failed', 'paging' FROM unnest($1::text[]) id`, ids, owner); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id)
+				SELECT $2, id, 'acme', $3 FROM unnest($1::text[]) id`, ids, e.catalog.FullName("sandbox-snapshot"), owner); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"nodes.listSshCerts": {input: map[string]any{"tenantId": "acme", "nodeId": node.ID}, insert: func(first, n int) []string {
 			ids := pagingIDs("sshc", first, n)
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO ssh_cas (id, tenant_id, public_key, fingerprint, kek_id, sealed)

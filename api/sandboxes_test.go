@@ -2,12 +2,14 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
+	"github.com/better-compute/better-compute/store/nodes"
 )
 
 // Templates check what they name; a sandbox's TTL stays within its
@@ -121,5 +123,87 @@ func TestSandboxesTemplatesAndLifetimes(t *testing.T) {
 	}
 	if got := e.count(`SELECT count(*) FROM instances WHERE id = $1 AND desired_state = 'deleted'`, s.InstanceID); got != 1 {
 		t.Fatalf("the workload is not being deleted")
+	}
+}
+
+// Snapshots are refused where they cannot be taken (a workload not
+// running, memory without gVisor, one already being taken), are asked of
+// the node through its NodeSpec, stay with their tenant, and a restore is
+// refused before anything starts when its template's runtime changed, and
+// its snapshot cannot be deleted while the restore runs.
+func TestSandboxSnapshotRules(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.client(e.boot.UserToken)
+	p, nodeID, image, flavor := vpsPool(t, e)
+	tpl, err := sandboxes.CreateTemplate.Call(ctx, a, sandboxes.TemplateInput{TenantID: "acme", Name: "runc", PoolID: p.ID,
+		FlavorID: flavor["small"], ImageID: image, Runtime: coresandboxes.RuntimeRunc, TTLAction: coresandboxes.TTLSnapshot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandboxes.Create.Call(ctx, a, sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "s1", TemplateID: tpl.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func(memory bool) (sandboxes.Snapshot, error) {
+		return sandboxes.TakeSnapshot.Call(ctx, a, sandboxes.SnapshotInput{TenantID: "acme", SandboxID: s.ID, IncludeMemory: memory})
+	}
+	if _, err := take(false); core.AsError(err).Details["reason"] != "notRunning" {
+		t.Fatalf("snapshot of a starting sandbox = %v", err)
+	}
+	// The node reports the workload running.
+	e.exec(`UPDATE instances SET state = 'running', observed_state = 'running', observed_generation = generation WHERE id = $1`, s.InstanceID)
+	if _, err := take(true); codeOf(err) != core.CodeInvalidInput || core.AsError(err).Details["field"] != "includeMemory" {
+		t.Fatalf("memory snapshot under runc = %v", err)
+	}
+	snap, err := take(false)
+	if err != nil || snap.State != "creating" || snap.SandboxID != s.ID || snap.Runtime != "runc" || snap.Reason != "requested" {
+		t.Fatalf("snapshot = %+v, %v", snap, err)
+	}
+	if _, err := take(false); core.AsError(err).Details["reason"] != "snapshotting" {
+		t.Fatalf("a second snapshot at once = %v", err)
+	}
+	_, spec, err := nodes.Spec(ctx, e.store.Pool, nodeID)
+	if err != nil || len(spec.Instances) != 1 || len(spec.Instances[0].Snapshots) != 1 || spec.Instances[0].Snapshots[0].ID != snap.ID {
+		t.Fatalf("the node's spec = %+v, %v", spec.Instances, err)
+	}
+	if _, err := sandboxes.GetSnapshot.Call(ctx, e.client(e.globex), sandboxes.SnapshotRef{TenantID: "globex", SnapshotID: snap.ID}); codeOf(err) != core.CodeNotFound {
+		t.Fatalf("globex get = %v", err)
+	}
+	// The node delivers it (as the agent listener records an upload).
+	e.exec(`UPDATE sandbox_snapshots SET state = 'ready', sha256 = $2, size_bytes = 10240, ready_at = now() WHERE id = $1`,
+		snap.ID, strings.Repeat("cd", 32))
+
+	// A restore into a template whose runtime changed is refused; nothing is made.
+	gvisor := coresandboxes.RuntimeGVisor
+	if _, err := sandboxes.UpdateTemplate.Call(ctx, a, sandboxes.TemplateUpdateInput{TenantID: "acme", TemplateID: tpl.ID, Runtime: &gvisor}); err != nil {
+		t.Fatal(err)
+	}
+	restore := sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "r1", FromSnapshot: snap.ID}
+	if _, err := sandboxes.Create.Call(ctx, a, restore); core.AsError(err).Details["reason"] != "runtimeChanged" {
+		t.Fatalf("restore after a runtime change = %v", err)
+	}
+	runc := coresandboxes.RuntimeRunc
+	if _, err := sandboxes.UpdateTemplate.Call(ctx, a, sandboxes.TemplateUpdateInput{TenantID: "acme", TemplateID: tpl.ID, Runtime: &runc}); err != nil {
+		t.Fatal(err)
+	}
+	restore.IdempotencyKey = "r2"
+	r, err := sandboxes.Create.Call(ctx, a, restore)
+	if err != nil || r.FromSnapshotID != snap.ID || r.TemplateID != tpl.ID {
+		t.Fatalf("restore = %+v, %v", r, err)
+	}
+	_, spec, err = nodes.Spec(ctx, e.store.Pool, nodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored bool
+	for _, in := range spec.Instances {
+		restored = restored || (in.ID == r.InstanceID && in.Restore != nil && in.Restore.SnapshotID == snap.ID && !in.Restore.Memory)
+	}
+	if !restored {
+		t.Fatalf("the restored workload's spec = %+v", spec.Instances)
+	}
+	if _, err := sandboxes.DeleteSnapshot.Call(ctx, a, sandboxes.SnapshotRef{TenantID: "acme", SnapshotID: snap.ID}); core.AsError(err).Details["reason"] != "inUse" {
+		t.Fatalf("deleting a snapshot in use = %v", err)
 	}
 }

@@ -351,6 +351,7 @@ func TestSandboxSnapshots(t *testing.T) {
 	if snap.State != "ready" || snap.SizeBytes == 0 || len(snap.SHA256) != 64 {
 		t.Fatalf("snapshot = %+v", snap)
 	}
+	t.Logf("memory snapshot: %d bytes, ready %d ms after the call", snap.SizeBytes, snap.ReadyAt-snap.CreatedAt)
 	atSnapshot := v.counter(t, s.ID)
 	if _, err := sandboxes.Delete.Call(ctx, v.demo, sandboxes.SandboxInput{TenantID: demoTenant, SandboxID: s.ID}); err != nil {
 		t.Fatal(err)
@@ -371,7 +372,9 @@ func TestSandboxSnapshots(t *testing.T) {
 		if r.FromSnapshotID != snap.ID || r.TemplateID != s.TemplateID {
 			t.Fatalf("restored sandbox = %+v", r)
 		}
+		began := time.Now()
 		r = v.awaitSandbox(t, r.ID, "running")
+		t.Logf("restore %d: running %s after the create's answer", i, time.Since(began))
 		rd := v.expiresAt(t, r.ID)
 		first := v.counter(t, r.ID)
 		// The snapshot was taken before atSnapshot was read: the restored
