@@ -9,7 +9,9 @@ import (
 	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
+	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/nodes"
+	sandboxdomain "github.com/better-compute/better-compute/store/sandboxes"
 )
 
 // Templates check what they name; a sandbox's TTL stays within its
@@ -205,5 +207,24 @@ func TestSandboxSnapshotRules(t *testing.T) {
 	}
 	if _, err := sandboxes.DeleteSnapshot.Call(ctx, a, sandboxes.SnapshotRef{TenantID: "acme", SnapshotID: snap.ID}); core.AsError(err).Details["reason"] != "inUse" {
 		t.Fatalf("deleting a snapshot in use = %v", err)
+	}
+
+	// The host is lost: both sandboxes end with workloadGone at their
+	// workflows' next step; the snapshot stays.
+	e.exec(`UPDATE nodes SET connectivity = 'lost' WHERE id = $1`, nodeID)
+	for _, id := range []string{s.ID, r.ID} {
+		if err := e.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+			_, err := sandboxdomain.Step(ctx, tx, id, e.catalog.FullName(coresandboxes.SnapshotResourceType))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := sandboxes.Get.Call(ctx, a, sandboxes.SandboxInput{TenantID: "acme", SandboxID: id})
+		if err != nil || got.State != "deleting" || got.EndReason != "workloadGone" {
+			t.Fatalf("sandbox %s on a lost host = %+v, %v", id, got, err)
+		}
+	}
+	if kept, err := sandboxes.GetSnapshot.Call(ctx, a, sandboxes.SnapshotRef{TenantID: "acme", SnapshotID: snap.ID}); err != nil || kept.State != "ready" {
+		t.Fatalf("the snapshot after the host's loss = %+v, %v", kept, err)
 	}
 }

@@ -53,6 +53,8 @@ type Sandbox struct {
 type row struct {
 	Sandbox
 	stored, instanceState, observedState, desiredState string
+	// nodeLost: the workload's node is lost or deleted (its host is gone).
+	nodeLost bool
 	observedGeneration, generation                     int64
 }
 
@@ -60,10 +62,11 @@ var sandboxColumns = `s.id, s.tenant_id, s.owner_identity_id, s.template_id, t.p
 	COALESCE(i.observed_state, ''), COALESCE(i.observed_generation, 0), COALESCE(i.generation, 0), COALESCE(i.desired_state, ''),
 	COALESCE(s.instance_id, ''), COALESCE(i.node_id, ''), COALESCE(i.address, ''), t.runtime, f.vcpu, f.memory_mib, f.gpus,
 	s.ttl_seconds, COALESCE(` + ms("s.expires_at") + `, 0), s.end_reason, COALESCE(s.from_snapshot_id, ''), s.failure,
+	COALESCE(n.connectivity = 'lost' OR n.deleted_at IS NOT NULL, false),
 	` + ms("s.created_at") + `, ` + ms("s.updated_at") + `, COALESCE(` + ms("s.ended_at") + `, 0)`
 
 const sandboxFrom = ` FROM sandboxes s JOIN sandbox_templates t ON t.id = s.template_id JOIN flavors f ON f.id = t.flavor_id
-	LEFT JOIN instances i ON i.id = s.instance_id`
+	LEFT JOIN instances i ON i.id = s.instance_id LEFT JOIN nodes n ON n.id = i.node_id`
 
 func scanSandbox(r pgx.Row) (row, error) {
 	var s row
@@ -71,7 +74,7 @@ func scanSandbox(r pgx.Row) (row, error) {
 	err := r.Scan(&s.ID, &s.TenantID, &s.OwnerIdentityID, &s.TemplateID, &s.PoolID, &s.stored, &s.instanceState,
 		&s.observedState, &s.observedGeneration, &s.generation, &s.desiredState,
 		&s.InstanceID, &s.NodeID, &s.Address, &s.Runtime, &s.VCPU, &s.MemoryMiB, &s.GPUs,
-		&s.TTLSeconds, &s.ExpiresAt, &s.EndReason, &s.FromSnapshotID, &failure, &s.CreatedAt, &s.UpdatedAt, &s.EndedAt)
+		&s.TTLSeconds, &s.ExpiresAt, &s.EndReason, &s.FromSnapshotID, &failure, &s.nodeLost, &s.CreatedAt, &s.UpdatedAt, &s.EndedAt)
 	if failure != nil {
 		s.Failure = failure
 	}
@@ -359,12 +362,13 @@ func Extend(ctx context.Context, tx store.Tx, tenantID, id string, expiresAt int
 
 // end moves a live sandbox to deleting with reason, and deletes its
 // workload (deleteWorkload) unless a snapshot of it is being taken: the
-// workflow deletes it once none is.
+// workflow deletes it once none is. With its workload gone, snapshots
+// being taken fail at once.
 func end(ctx context.Context, tx store.Tx, s row, reason string) error {
 	if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state = 'deleting', end_reason = $2, updated_at = now() WHERE id = $1`, s.ID, reason); err != nil {
 		return err
 	}
-	pending, err := expireSnapshots(ctx, tx, s.ID, false)
+	pending, err := expireSnapshots(ctx, tx, s.ID, s.gone())
 	if err != nil || pending {
 		return err
 	}
@@ -429,6 +433,12 @@ func Delete(ctx context.Context, tx store.Tx, tenantID, id string) (Sandbox, err
 	return out.Sandbox, err
 }
 
+// gone says s's workload failed, went away, or lost its host.
+func (s row) gone() bool {
+	return s.nodeLost || s.instanceState == string(instancestates.Failed) || s.instanceState == string(instancestates.Deleted) ||
+		s.instanceState == string(instancestates.Deleting) || s.instanceState == ""
+}
+
 // Progress is what one step of the sandbox's workflow found.
 type Progress struct {
 	// Ended: the sandbox is deleted or failed; the workflow ends.
@@ -443,7 +453,8 @@ type Progress struct {
 // Step is one step of the sandbox's workflow, in one transaction: past
 // its deadline (by the database's clock) a live sandbox ends with reason
 // ttl (ttlEnd: a snapshot first when its template says so); a live one
-// whose workload failed or went away ends with reason workloadGone; a
+// whose workload failed or went away, or whose host is lost, ends with
+// reason workloadGone (its ready snapshots stay); a
 // deleting one deletes its workload once no snapshot of it is being taken
 // (expireSnapshots bounds the wait) and is recorded deleted
 // (sandbox.ended) once its workload is. A missing sandbox is Ended.
@@ -465,8 +476,7 @@ func Step(ctx context.Context, tx store.Tx, id, snapshotType string) (Progress, 
 	if err := tx.QueryRow(ctx, `SELECT `+ms("now()")).Scan(&now); err != nil {
 		return Progress{}, err
 	}
-	gone := s.instanceState == string(instancestates.Failed) || s.instanceState == string(instancestates.Deleted) ||
-		s.instanceState == string(instancestates.Deleting) || s.instanceState == ""
+	gone := s.gone()
 	switch s.stored {
 	case coresandboxes.StoredLive:
 		switch {
@@ -527,7 +537,7 @@ func runnable(s row) error {
 	if s.stored != coresandboxes.StoredLive {
 		return stateError(s, string(coresandboxes.Running))
 	}
-	if s.observedState != "running" || s.observedGeneration != s.generation || s.NodeID == "" {
+	if s.observedState != "running" || s.observedGeneration != s.generation || s.NodeID == "" || s.nodeLost {
 		return core.Errorf(core.CodeInvalidState, "sandbox %s is %s; its workload is not running yet", s.ID, s.State).
 			WithDetails(map[string]any{"reason": "notRunning", "state": s.State})
 	}
