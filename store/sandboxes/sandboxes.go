@@ -54,8 +54,8 @@ type row struct {
 	Sandbox
 	stored, instanceState, observedState, desiredState string
 	// nodeLost: the workload's node is lost or deleted (its host is gone).
-	nodeLost bool
-	observedGeneration, generation                     int64
+	nodeLost                       bool
+	observedGeneration, generation int64
 }
 
 var sandboxColumns = `s.id, s.tenant_id, s.owner_identity_id, s.template_id, t.pool_id, s.state, COALESCE(i.state, ''),
