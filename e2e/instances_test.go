@@ -152,6 +152,9 @@ func removeHostInstances(tb testing.TB, hostDir string) {
 			_ = exec.Command("ip", "netns", "del", "bc-"+id).Run()
 		}
 	}
+	// A gVisor sandbox runsc could not delete (a restored one) still names
+	// its root on its command line.
+	_ = exec.Command("pkill", "-9", "-f", "--", "--root="+filepath.Join(hostDir, "runsc")+" ").Run()
 	pidfiles, _ := filepath.Glob(filepath.Join(hostDir, "instances", "*", "qemu.pid"))
 	for _, f := range pidfiles {
 		if b, err := os.ReadFile(f); err == nil {
