@@ -43,6 +43,9 @@ type Instance struct {
 	// sandbox snapshot (protocol.SandboxSnapshotPath) instead of Image:
 	// its rootfs, and for a memory snapshot (gvisor only) its processes.
 	Restore *InstanceRestore `json:"restore,omitempty"`
+	// Mounts are the sandbox volumes a container or gvisor instance
+	// mounts (bind mounts of the node's volumes, read-only when asked).
+	Mounts []Mount `json:"mounts,omitempty"`
 }
 
 // InstanceRestore names the snapshot an instance is made from.
