@@ -324,7 +324,9 @@ func (m *Method[In, Out]) Handler() *Handler {
 		h.DecideOn = func(ctx context.Context, c *Call, tx store.Tx) (string, error) { return f(ctx, c, tx, input[In](c)) }
 	}
 	if f := m.Also; f != nil {
-		h.Also = func(ctx context.Context, c *Call, tx store.Tx) ([]Requirement, error) { return f(ctx, c, tx, input[In](c)) }
+		h.Also = func(ctx context.Context, c *Call, tx store.Tx) ([]Requirement, error) {
+			return f(ctx, c, tx, input[In](c))
+		}
 	}
 	if f := m.After; f != nil {
 		h.After = func(ctx context.Context, c *Call, out any) (any, error) { return f(ctx, c, input[In](c), out.(Out)) }
