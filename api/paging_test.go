@@ -263,6 +263,19 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"sandboxVolumes.list": {input: map[string]any{"tenantId": "acme", "scope": "all"}, insert: func(first, n int) []string {
+			ids := pagingIDs("vol", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandbox_volumes (id, tenant_id, owner_identity_id, pool_id, node_id, size_gib, state)
+				SELECT id, 'acme', $2, $3, $4, 1, 'ready' FROM unnest($1::text[]) id`, ids, owner, vpsPool.ID, node.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id, parent_type, parent_id)
+				SELECT $2, id, 'acme', $3, $4, $5 FROM unnest($1::text[]) id`,
+				ids, e.catalog.FullName("sandbox-volume"), owner, e.catalog.FullName("pool"), vpsPool.ID); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"nodes.listSshCerts": {input: map[string]any{"tenantId": "acme", "nodeId": node.ID}, insert: func(first, n int) []string {
 			ids := pagingIDs("sshc", first, n)
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO ssh_cas (id, tenant_id, public_key, fingerprint, kek_id, sealed)

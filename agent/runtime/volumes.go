@@ -97,7 +97,7 @@ func (r *Runtime) convergeVolumes(ctx context.Context) error {
 	r.mu.Unlock()
 	var errs []error
 	for _, v := range desired {
-		if err := r.ensureVolume(ctx, v); err != nil {
+		if err := r.ensureVolume(ctx, v, ""); err != nil {
 			errs = append(errs, fmt.Errorf("volume %s: %w", v.ID, err))
 		}
 	}
@@ -108,7 +108,7 @@ func (r *Runtime) convergeVolumes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mounted := r.mountedVolumes()
+	mounted := r.mountedVolumes("")
 	for _, e := range ents {
 		id := e.Name()
 		if _, want := desired[id]; want || mounted[id] || !idPattern.MatchString(id) {
@@ -121,12 +121,15 @@ func (r *Runtime) convergeVolumes(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// mountedVolumes are the volumes the instances kept on the node mount
-// (their kept spec), whether or not they still run.
-func (r *Runtime) mountedVolumes() map[string]bool {
+// mountedVolumes are the volumes the instances kept on the node (but
+// except) mount (their kept spec), whether or not they still run.
+func (r *Runtime) mountedVolumes(except string) map[string]bool {
 	out := map[string]bool{}
 	ents, _ := os.ReadDir(r.instancesDir())
 	for _, e := range ents {
+		if e.Name() == except {
+			continue
+		}
 		in, err := r.readKept(e.Name())
 		if err != nil {
 			continue
@@ -141,9 +144,10 @@ func (r *Runtime) mountedVolumes() map[string]bool {
 // ensureVolume makes v's image (sparse, ext4) when it has none, mounts
 // it, and grows it to v's size: online (losetup -c, resize2fs on the
 // mounted filesystem, which needs CAP_SYS_RESOURCE), else offline while no
-// kept instance mounts it (unmount, e2fsck, resize2fs, mount again). The
-// size file records the GiB the filesystem spans.
-func (r *Runtime) ensureVolume(ctx context.Context, v nodespec.Volume) error {
+// kept instance mounts it (unmount, e2fsck, resize2fs, mount again), but
+// starting (the instance whose start asks, not running yet). The size file
+// records the GiB the filesystem spans.
+func (r *Runtime) ensureVolume(ctx context.Context, v nodespec.Volume, starting string) error {
 	if !idPattern.MatchString(v.ID) || v.SizeGiB < 1 {
 		return fmt.Errorf("volume %q of %d GiB is not a safe name and size", v.ID, v.SizeGiB)
 	}
@@ -199,7 +203,7 @@ func (r *Runtime) ensureVolume(ctx context.Context, v nodespec.Volume) error {
 		}
 	}
 	if err := r.growOnline(ctx, img); err != nil {
-		if r.mountedVolumes()[v.ID] {
+		if r.mountedVolumes(starting)[v.ID] {
 			return fmt.Errorf("growing to %d GiB: %w; it grows once no instance mounts it", v.SizeGiB, err)
 		}
 		if err := growOffline(ctx, img, mnt); err != nil {
@@ -280,7 +284,7 @@ func (r *Runtime) readyMounts(ctx context.Context, in nodespec.Instance) error {
 		if !ok {
 			return fmt.Errorf("volume %s is not on this node", m.VolumeID)
 		}
-		if err := r.ensureVolume(ctx, v); err != nil {
+		if err := r.ensureVolume(ctx, v, in.ID); err != nil {
 			return fmt.Errorf("volume %s: %w", m.VolumeID, err)
 		}
 	}

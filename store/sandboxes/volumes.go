@@ -292,7 +292,7 @@ func ResizeVolume(ctx context.Context, tx store.Tx, types VolumeTypes, tenantID,
 	case sizeGiB == v.SizeGiB:
 		return v.Volume, nil
 	}
-	if err := changeOnNode(ctx, tx, id, v.NodeID, `size_gib = $3, state = CASE WHEN state = 'creating' THEN 'creating' ELSE 'resizing' END`, sizeGiB); err != nil {
+	if err := changeOnNode(ctx, tx, id, v.NodeID, `size_gib = $3, state = 'resizing'`, sizeGiB); err != nil {
 		return Volume{}, err
 	}
 	if err := store.PutAuthzResource(ctx, tx, store.AuthzResource{Type: types.Volume, ID: id, TenantID: tenantID, OwnerID: v.OwnerIdentityID,
