@@ -11,7 +11,9 @@ import (
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/iam"
+	"github.com/better-compute/better-compute/store"
 	nodesdomain "github.com/better-compute/better-compute/store/nodes"
+	sandboxesdomain "github.com/better-compute/better-compute/store/sandboxes"
 )
 
 // Volumes: create is an admission that puts the volume on one host of
@@ -170,6 +172,24 @@ when { resource.tenantId == principal.tenantId };`}); err != nil {
 		t.Fatalf("the host's spec instances = %+v, %v", spec.Instances, err)
 	}
 
+	// A warm pool's workloads live on the volume's host too, mounting it.
+	warmTpl, err := sandboxes.CreateTemplate.Call(ctx, a, sandboxes.TemplateInput{TenantID: "acme", Name: "warm", PoolID: p.ID,
+		FlavorID: flavor["small"], ImageID: image, WarmPoolSize: 1, Volumes: []sandboxes.MountInput{{VolumeID: v1.ID, MountPath: "/kb", ReadOnly: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warm sandboxesdomain.Warm
+	if err := e.store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
+		warm, err = sandboxesdomain.TopUp(ctx, tx, warmTpl.ID)
+		return err
+	}); err != nil || len(warm.Placed) != 1 {
+		t.Fatalf("top-up = %+v, %v", warm, err)
+	}
+	if n := e.count(`SELECT count(*) FROM instances WHERE id = $1 AND node_id = $2 AND mounts = $3::jsonb`, warm.Placed[0], v1.NodeID,
+		`[{"volumeId": "`+v1.ID+`", "path": "/kb", "readOnly": true}]`); n != 1 {
+		t.Fatalf("the warm workload is not on the volume's host with its mount")
+	}
+
 	// In use: a live template names it; then (the templates gone) a live
 	// workload mounts it.
 	del := func(id string) (sandboxes.Volume, error) {
@@ -179,7 +199,7 @@ when { resource.tenantId == principal.tenantId };`}); err != nil {
 		t.Fatalf("delete of a template's volume = %v %+v", err, core.AsError(err).Details)
 	}
 	e.exec(`UPDATE sandbox_templates SET deleted_at = now() WHERE tenant_id = 'acme'`)
-	if _, err := del(v1.ID); codeOf(err) != core.CodeInvalidState || core.AsError(err).Details["workloads"] != float64(1) {
+	if _, err := del(v1.ID); codeOf(err) != core.CodeInvalidState || core.AsError(err).Details["workloads"] != float64(2) {
 		t.Fatalf("delete of a mounted volume = %v %+v", err, core.AsError(err).Details)
 	}
 	gone, err := del(v2.ID)

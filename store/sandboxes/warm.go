@@ -81,8 +81,8 @@ func TopUp(ctx context.Context, tx store.Tx, templateID string) (Warm, error) {
 	// A pool of size 0 has nothing to keep: what was deleted finishes
 	// under its own workflows, and an update that sizes it starts it again.
 	out.Ended = size == 0
-	host, mounts, err := workloadMounts(ctx, tx, t)
-	if err != nil && size > 0 {
+	host, mounts, err := workloadMounts(ctx, tx, t) // a deleted template's zero value mounts nothing
+	if err != nil {
 		return Warm{}, err
 	}
 	for ; kept < size; kept++ {
