@@ -92,6 +92,9 @@ func (s *Server) Call(ctx context.Context, cred iam.Credential, name string, inp
 	if err := s.decide(ctx, c, fields); err != nil { // step 7
 		return nil, err
 	}
+	if err := s.requireAlso(ctx, c, h); err != nil {
+		return nil, err
+	}
 	switch { // step 8
 	case h.Direct != nil:
 		return h.Direct(ctx, c)
@@ -209,6 +212,7 @@ func (s *Server) decide(ctx context.Context, c *Call, fields map[string]any) err
 		return err
 	}
 	req := c.Request(c.Resource)
+	req.Context = pendingContext(d, fields)
 	if c.Method.Kind.Mutates() {
 		return s.iam.Require(ctx, req)
 	}

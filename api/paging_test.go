@@ -295,6 +295,15 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id)
 				SELECT $2, id, 'acme', $3 FROM unnest($1::text[]) id`, ids, e.catalog.FullName("sandbox-snapshot"), owner); err != nil {
+		"sandboxVolumes.list": {input: map[string]any{"tenantId": "acme", "scope": "all"}, insert: func(first, n int) []string {
+			ids := pagingIDs("vol", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandbox_volumes (id, tenant_id, owner_identity_id, pool_id, node_id, size_gib, state)
+				SELECT id, 'acme', $2, $3, $4, 1, 'ready' FROM unnest($1::text[]) id`, ids, owner, vpsPool.ID, node.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id, parent_type, parent_id)
+				SELECT $2, id, 'acme', $3, $4, $5 FROM unnest($1::text[]) id`,
+				ids, e.catalog.FullName("sandbox-volume"), owner, e.catalog.FullName("pool"), vpsPool.ID); err != nil {
 				t.Fatal(err)
 			}
 			return ids

@@ -48,6 +48,9 @@ type Instance struct {
 	// (leaving it running) and PUTs each to protocol.SandboxSnapshotPath
 	// once; a snapshot leaves the list when the control plane has it.
 	Snapshots []InstanceSnapshot `json:"snapshots,omitempty"`
+	// Mounts are the sandbox volumes a container or gvisor instance
+	// mounts (bind mounts of the node's volumes, read-only when asked).
+	Mounts []Mount `json:"mounts,omitempty"`
 }
 
 // InstanceSnapshot asks for one snapshot of an instance.

@@ -33,6 +33,8 @@ type Spec struct {
 	Drain    string            `json:"drain,omitempty"`
 	// Instances are the VPS instances the node runs (instances.go).
 	Instances []Instance `json:"instances,omitempty"`
+	// Volumes are the sandbox volumes the node keeps (volumes.go).
+	Volumes []Volume `json:"volumes,omitempty"`
 	// SSH is the node's sshd trust; nil leaves sshd's files alone.
 	SSH *SSH `json:"ssh,omitempty"`
 }

@@ -170,6 +170,9 @@ func (r *Runtime) createContainer(ctx context.Context, rt ociRuntime, in nodespe
 			return err
 		}
 	}
+	if err := r.readyMounts(ctx, in); err != nil {
+		return err
+	}
 	if _, err := r.ensureNetwork(ctx, in.ID); err != nil {
 		return err
 	}
@@ -383,7 +386,7 @@ func (r *Runtime) containerConfig(in nodespec.Instance, devices []specs.LinuxDev
 		major, minor := d.Major, d.Minor
 		res.Devices = append(res.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: rwm})
 	}
-	return &specs.Spec{
+	cfg := &specs.Spec{
 		Version:  specs.Version,
 		Root:     &specs.Root{Path: r.rootfsDir(in.ID)},
 		Hostname: hostname(in.ID),
@@ -417,6 +420,8 @@ func (r *Runtime) containerConfig(in nodespec.Instance, devices []specs.LinuxDev
 			ReadonlyPaths: []string{"/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}
+	cfg.Mounts = append(cfg.Mounts, r.volumeMounts(in)...)
+	return cfg
 }
 
 // limits are the flavor's cgroup limits: CPU quota = vcpu × period, the

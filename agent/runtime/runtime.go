@@ -106,6 +106,7 @@ type Runtime struct {
 	statuses map[string]protocol.InstanceStatus
 	sessions map[*reporter]bool
 	wg       sync.WaitGroup
+	vols     *volumeState // volumes.go
 }
 
 // New checks o and answers a Runtime; nothing runs until Run.
@@ -240,6 +241,7 @@ func (r *Runtime) OnSpec(generation int64, spec nodespec.Spec) {
 		r.desired[in.ID] = in
 		r.retry[in.ID] = true
 	}
+	r.setVolumesLocked(spec.Volumes)
 	r.mu.Unlock()
 	r.kickAll()
 }
@@ -376,6 +378,7 @@ func (r *Runtime) kickAll() {
 	for id := range ids {
 		r.kick(id)
 	}
+	r.kickVolumes()
 }
 
 // kick wakes id's worker, starting it if it has none: one worker per
@@ -417,6 +420,7 @@ func (r *Runtime) work(ctx context.Context, id string, kicks chan struct{}) {
 				continue
 			}
 			r.dropStatus(id)
+			r.kickVolumes() // a volume it mounted may go now
 			r.mu.Lock()
 			// A spec that brought it back while it was removed keeps the
 			// worker; otherwise it ends here.

@@ -187,6 +187,9 @@ type Handler struct {
 	// DecideOn, optional, answers the catalog type of the alternative the
 	// decision is made on (see Method.DecideOn).
 	DecideOn func(ctx context.Context, c *Call, tx store.Tx) (string, error)
+	// Also, optional with Run on a mutation, names its further decisions
+	// (see Method.Also).
+	Also func(ctx context.Context, c *Call, tx store.Tx) ([]Requirement, error)
 }
 
 // ErasedAdmission is an admission's halves, type-erased (see Admission).
@@ -247,6 +250,12 @@ type Method[In, Out any] struct {
 	// read-only transaction of its own before the decision, and answers the
 	// catalog type of the alternative to decide on ("fleet", "tenant").
 	DecideOn func(ctx context.Context, c *Call, tx store.Tx, in In) (string, error)
+	// Also, optional with Run on a mutation, names the further decisions
+	// the input calls for (the table's extras: each volume a template
+	// names). It reads what it needs in a read-only transaction of its own
+	// after the method's decision; the envelope requires each, in order,
+	// outside any transaction, before the handler's transaction.
+	Also func(ctx context.Context, c *Call, tx store.Tx, in In) ([]Requirement, error)
 }
 
 // Admission is an admission method's halves: transaction 1 prepares the
@@ -313,6 +322,11 @@ func (m *Method[In, Out]) Handler() *Handler {
 	}
 	if f := m.DecideOn; f != nil {
 		h.DecideOn = func(ctx context.Context, c *Call, tx store.Tx) (string, error) { return f(ctx, c, tx, input[In](c)) }
+	}
+	if f := m.Also; f != nil {
+		h.Also = func(ctx context.Context, c *Call, tx store.Tx) ([]Requirement, error) {
+			return f(ctx, c, tx, input[In](c))
+		}
 	}
 	if f := m.After; f != nil {
 		h.After = func(ctx context.Context, c *Call, out any) (any, error) { return f(ctx, c, input[In](c), out.(Out)) }

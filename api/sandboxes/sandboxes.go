@@ -108,6 +108,9 @@ type TemplateInput struct {
 	MaxTTLSeconds     int                     `json:"maxTtlSeconds,omitempty" jsonschema:"minimum=1,maximum=86400"`
 	TTLAction         coresandboxes.TTLAction `json:"ttlAction,omitempty"`
 	WarmPoolSize      int                     `json:"warmPoolSize,omitempty" jsonschema:"minimum=0,maximum=64"`
+	// Volumes are mounted into every sandbox of the template: all on one
+	// host, in the template's pool; not for runtime vm.
+	Volumes []MountInput `json:"volumes,omitempty" jsonschema:"maxItems=16"`
 }
 
 // TemplateRef names one template.
@@ -128,6 +131,8 @@ type TemplateUpdateInput struct {
 	MaxTTLSeconds     *int                     `json:"maxTtlSeconds,omitempty" jsonschema:"minimum=1,maximum=86400"`
 	TTLAction         *coresandboxes.TTLAction `json:"ttlAction,omitempty"`
 	WarmPoolSize      *int                     `json:"warmPoolSize,omitempty" jsonschema:"minimum=0,maximum=64"`
+	// Volumes, when set, replaces the template's volumes ([] removes them).
+	Volumes *[]MountInput `json:"volumes,omitempty" jsonschema:"maxItems=16"`
 }
 
 // TemplateListInput is sandboxTemplates.list's input.
@@ -165,7 +170,7 @@ func (m methods) templateType() string {
 // Methods describes the sandboxes.* and sandboxTemplates.* methods.
 func Methods(d rpc.Deps) []rpc.Descriptor {
 	m := methods{d}
-	return append(m.snapshots(), []rpc.Descriptor{
+	return append(append(m.snapshots(), []rpc.Descriptor{
 		&rpc.Method[CreateInput, Sandbox]{Name: Create, Action: "compute:sandboxes:create", DecidedOn: "compute-sandbox (the draft)",
 			Phase: "v0.5", Kind: core.KindAdmission,
 			Admission: &rpc.Admission[CreateInput, Sandbox]{
@@ -245,8 +250,9 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				return domain.CreateTemplate(ctx, tx, m.templateType(), c.TenantID, c.Caller.IdentityID, domain.TemplateSpec{
 					Name: in.Name, PoolID: in.PoolID, FlavorID: in.FlavorID, ImageID: in.ImageID, Runtime: in.Runtime,
 					Command: in.Command, DefaultTTLSeconds: in.DefaultTTLSeconds, MaxTTLSeconds: in.MaxTTLSeconds,
-					TTLAction: in.TTLAction, WarmPoolSize: in.WarmPoolSize})
+					TTLAction: in.TTLAction, WarmPoolSize: in.WarmPoolSize, Volumes: mounts(in.Volumes)})
 			},
+			Also: m.createVolumeDecisions,
 			After: func(ctx context.Context, c *rpc.Call, _ TemplateInput, t Template) (Template, error) {
 				if t.WarmPoolSize == 0 {
 					return t, nil
@@ -278,8 +284,9 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				return domain.UpdateTemplate(ctx, tx, c.TenantID, in.TemplateID, domain.TemplateChange{
 					FlavorID: in.FlavorID, ImageID: in.ImageID, Runtime: in.Runtime, Command: in.Command,
 					DefaultTTLSeconds: in.DefaultTTLSeconds, MaxTTLSeconds: in.MaxTTLSeconds, TTLAction: in.TTLAction,
-					WarmPoolSize: in.WarmPoolSize})
+					WarmPoolSize: in.WarmPoolSize, Volumes: templateVolumes(in.Volumes)})
 			},
+			Also: m.updateVolumeDecisions,
 			After: func(ctx context.Context, c *rpc.Call, _ TemplateUpdateInput, t Template) (Template, error) {
 				return m.warmPool(ctx, c, t)
 			}},
@@ -291,7 +298,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			After: func(ctx context.Context, c *rpc.Call, _ TemplateRef, t Template) (Template, error) {
 				return m.warmPool(ctx, c, t)
 			}},
-	}...)
+	}...), m.volumeMethods()...)
 }
 
 // started starts the admitted sandbox's workload's workflow and its own

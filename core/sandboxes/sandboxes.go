@@ -3,6 +3,11 @@
 // and the bounds of its lifetime.
 package sandboxes
 
+import (
+	pathpkg "path"
+	"strings"
+)
+
 // Catalog types the domain decides on.
 const (
 	ResourceType         = "sandbox"
@@ -115,3 +120,77 @@ const (
 
 // MaxWarmPoolSize bounds a template's warm pool.
 const MaxWarmPoolSize = 64
+
+// VolumeResourceType is the catalog type a sandbox volume is decided on.
+const VolumeResourceType = "sandbox-volume"
+
+// Bounds of a volume's size, in GiB: a volume is a sparse image file on
+// one host's disk, so its bound is the host's, not a block device's.
+const (
+	MinVolumeGiB = 1
+	MaxVolumeGiB = 1024
+)
+
+// Stored states of a volume row: draft, denied and failed are its
+// admission's; creating, resizing and deleting wait for the volume's node
+// to observe the NodeSpec generation that carries the change.
+const (
+	VolumeDraft    = "draft"
+	VolumeDenied   = "denied"
+	VolumeFailed   = "failed"
+	VolumeCreating = "creating"
+	VolumeResizing = "resizing"
+	VolumeReady    = "ready"
+	VolumeDeleting = "deleting"
+)
+
+// VolumeState is a volume's state as the API answers it.
+type VolumeState string
+
+// Volume states answered.
+const (
+	VolumeStateCreating VolumeState = VolumeCreating
+	VolumeStateResizing VolumeState = VolumeResizing
+	VolumeStateReady    VolumeState = VolumeReady
+	VolumeStateDeleting VolumeState = VolumeDeleting
+	VolumeStateDeleted  VolumeState = "deleted"
+	VolumeStateFailed   VolumeState = VolumeFailed
+)
+
+// Enum implements core.Enumerated.
+func (VolumeState) Enum() []string {
+	return []string{string(VolumeStateCreating), string(VolumeStateResizing), string(VolumeStateReady),
+		string(VolumeStateDeleting), string(VolumeStateDeleted), string(VolumeStateFailed)}
+}
+
+// AnsweredVolume is the state of a volume stored as stored whose change
+// the node has (observed) or has not yet applied.
+func AnsweredVolume(stored string, observed bool) VolumeState {
+	switch {
+	case stored == VolumeDeleting && observed:
+		return VolumeStateDeleted
+	case (stored == VolumeCreating || stored == VolumeResizing) && observed:
+		return VolumeStateReady
+	}
+	return VolumeState(stored)
+}
+
+// MountPathRefused says why path may not be a volume's mount point in a
+// sandbox ("" when it may): an absolute, clean path, not the root and
+// not under the kernel's filesystems, which the runtime mounts itself.
+func MountPathRefused(path string) string {
+	switch {
+	case !strings.HasPrefix(path, "/"):
+		return "notAbsolute"
+	case pathpkg.Clean(path) != path:
+		return "notClean"
+	case path == "/":
+		return "root"
+	}
+	for _, p := range []string{"/proc", "/sys", "/dev"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return "reserved"
+		}
+	}
+	return ""
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/better-compute/better-compute/agent/nodespec"
 	"github.com/better-compute/better-compute/core"
 	coreimages "github.com/better-compute/better-compute/core/images"
 	states "github.com/better-compute/better-compute/core/instances"
@@ -407,6 +408,12 @@ func Fail(ctx context.Context, tx store.Tx, tenantID, id string, cause error) er
 // instance.created is published. A replay of a refused draft answers its
 // refusal.
 func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Instance, error) {
+	return place(ctx, tx, tenantID, id, "")
+}
+
+// place is Place on node onNode alone when it is set (a workload that
+// mounts volumes runs on their host).
+func place(ctx context.Context, tx store.Tx, tenantID, id, onNode string) (Instance, error) {
 	in, err := Load(ctx, tx, tenantID, id, true)
 	if err != nil {
 		return Instance{}, err
@@ -429,11 +436,12 @@ func Place(ctx context.Context, tx store.Tx, tenantID, id string) (Instance, err
 		if err != nil {
 			return Instance{}, err
 		}
-		place := placeOnNode
+		var nodeID string
 		if in.ReservationID != "" {
-			place = placeOnReservation
+			nodeID, err = placeOnReservation(ctx, tx, pool, flavor, in)
+		} else {
+			nodeID, err = placeOnNode(ctx, tx, pool, flavor, in, onNode)
 		}
-		nodeID, err := place(ctx, tx, pool, flavor, in)
 		if err != nil {
 			return Instance{}, err
 		}
@@ -491,6 +499,11 @@ type Workload struct {
 	// RestoreSnapshotID makes it from a sandbox snapshot (its rootfs, and
 	// its processes for a memory snapshot) instead of its image.
 	RestoreSnapshotID string
+	// NodeID, when set, is the one node it may be placed on (the host of
+	// the volumes it mounts); Mounts are those volumes, as the NodeSpec
+	// hands them to the runtime.
+	NodeID string
+	Mounts []nodespec.Mount
 }
 
 // PlaceWorkload writes a sandbox's workload and places it as Place places
@@ -500,14 +513,21 @@ func PlaceWorkload(ctx context.Context, tx store.Tx, tenantID string, w Workload
 	if w.Command == nil {
 		w.Command = []string{}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id, name,
-			desired_state, state, command, sandbox_id, runtime, warm_template_id, warm_version, restore_snapshot_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, NULLIF($9, ''), $10, NULLIF($11, ''), NULLIF($12, 0), NULLIF($13, ''))`,
-		w.ID, tenantID, w.OwnerID, w.PoolID, w.FlavorID, w.ImageID, w.Name, w.Command, w.SandboxID, w.Runtime,
-		w.WarmTemplateID, w.WarmVersion, w.RestoreSnapshotID); err != nil {
+	if w.Mounts == nil {
+		w.Mounts = []nodespec.Mount{}
+	}
+	mounts, err := json.Marshal(w.Mounts)
+	if err != nil {
 		return Instance{}, err
 	}
-	return Place(ctx, tx, tenantID, w.ID)
+	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id, name,
+			desired_state, state, command, sandbox_id, runtime, warm_template_id, warm_version, mounts, restore_snapshot_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, NULLIF($9, ''), $10, NULLIF($11, ''), NULLIF($12, 0), $13, NULLIF($14, ''))`,
+		w.ID, tenantID, w.OwnerID, w.PoolID, w.FlavorID, w.ImageID, w.Name, w.Command, w.SandboxID, w.Runtime,
+		w.WarmTemplateID, w.WarmVersion, mounts, w.RestoreSnapshotID); err != nil {
+		return Instance{}, err
+	}
+	return place(ctx, tx, tenantID, w.ID, w.NodeID)
 }
 
 // ClaimWarm binds one of the template's warm workloads at version that its

@@ -94,9 +94,10 @@ const maxPlaceAttempts = 8
 // live instance allocations, counted under the node's lock) take the
 // flavor's, and whose free GPU atoms of the flavor's class core/placement
 // places the flavor's count on. Candidates are tried busiest first
-// (packing), ties by the instance's seed. Nothing fits: INVALID_STATE,
-// reason noCapacity, with each node's reason and the placement reasons.
-func placeOnNode(ctx context.Context, tx store.Tx, pool pools.Pool, f flavors.Flavor, in Instance) (string, error) {
+// (packing), ties by the instance's seed; onNode, when set, is the only
+// candidate. Nothing fits: INVALID_STATE, reason noCapacity, with each
+// node's reason and the placement reasons.
+func placeOnNode(ctx context.Context, tx store.Tx, pool pools.Pool, f flavors.Flavor, in Instance, onNode string) (string, error) {
 	class := f.GPUClass
 	if class == "" {
 		class = placement.ClassGPU
@@ -121,6 +122,8 @@ func placeOnNode(ctx context.Context, tx store.Tx, pool pools.Pool, f flavors.Fl
 		for _, n := range orderCandidates(free, scalars, seed) {
 			s := scalars[n.ID]
 			switch {
+			case onNode != "" && n.ID != onNode:
+				continue
 			case !n.Schedulable:
 				nodeReasons = append(nodeReasons, map[string]any{"nodeId": n.ID, "reason": "notSchedulable"})
 				continue
@@ -164,6 +167,9 @@ func placeOnNode(ctx context.Context, tx store.Tx, pool pools.Pool, f flavors.Fl
 			continue // a concurrent booking took the atoms: read again
 		}
 		details := map[string]any{"reason": "noCapacity", "nodes": nodeReasons, "instanceId": in.ID}
+		if onNode != "" {
+			details["nodeId"] = onNode // the host of the volumes it mounts
+		}
 		if len(gpuReasons) > 0 {
 			details["reasons"] = gpuReasons
 		}

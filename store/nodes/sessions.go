@@ -265,6 +265,9 @@ func Spec(ctx context.Context, db store.DBTX, nodeID string) (int64, nodespec.Sp
 	if spec.Instances, err = specInstances(ctx, db, nodeID); err != nil {
 		return 0, spec, err
 	}
+	if err := specVolumes(ctx, db, nodeID, &spec); err != nil {
+		return 0, spec, err
+	}
 	if spec.SSH, err = specSSH(ctx, db, nodeID); err != nil {
 		return 0, spec, err
 	}

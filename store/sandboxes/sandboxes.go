@@ -254,9 +254,14 @@ func Complete(ctx context.Context, tx store.Tx, tenantID, id string) (Sandbox, e
 		}
 	}
 	if !warm {
+		host, mounts, err := workloadMounts(ctx, tx, t)
+		if err != nil {
+			return Sandbox{}, err
+		}
 		if w, err = instances.PlaceWorkload(ctx, tx, tenantID, instances.Workload{ID: WorkloadID(tenantID, id), SandboxID: id,
 			OwnerID: s.OwnerIdentityID, PoolID: t.PoolID, FlavorID: t.FlavorID, ImageID: t.ImageID, Name: hostName(id),
-			Runtime: workloadRuntime(t.Runtime), Command: t.Command, RestoreSnapshotID: s.FromSnapshotID}); err != nil {
+			Runtime: workloadRuntime(t.Runtime), Command: t.Command, NodeID: host, Mounts: mounts,
+			RestoreSnapshotID: s.FromSnapshotID}); err != nil {
 			return Sandbox{}, err
 		}
 	}

@@ -7,6 +7,7 @@ package sandboxes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,9 @@ type Template struct {
 	MaxTTLSeconds     int    `json:"maxTtlSeconds"`
 	TTLAction         string `json:"ttlAction"`
 	WarmPoolSize      int    `json:"warmPoolSize"`
+	// Volumes are mounted into every sandbox (and warm workload) of the
+	// template, which runs on their host.
+	Volumes []TemplateVolume `json:"volumes,omitempty"`
 	// Version grows with every update.
 	Version int64 `json:"version"`
 	// VCPU, MemoryMiB and GPUs are the flavor's: what each sandbox takes.
@@ -59,6 +63,7 @@ type TemplateSpec struct {
 	MaxTTLSeconds                   int
 	TTLAction                       coresandboxes.TTLAction
 	WarmPoolSize                    int
+	Volumes                         []TemplateVolume
 }
 
 // Template defaults: E2B's five minutes, an hour at most.
@@ -69,7 +74,7 @@ const (
 
 var templateColumns = `t.id, t.tenant_id, t.owner_identity_id, t.name, t.pool_id, t.flavor_id, t.image_id, t.runtime, t.command,
 	t.default_ttl_seconds, t.max_ttl_seconds, t.ttl_action, t.warm_pool_size, t.version, f.vcpu, f.memory_mib, f.gpus,
-	` + ms("t.created_at") + `, ` + ms("t.updated_at")
+	` + ms("t.created_at") + `, ` + ms("t.updated_at") + `, ` + templateVolumesColumn
 
 const templateFrom = ` FROM sandbox_templates t JOIN flavors f ON f.id = t.flavor_id`
 
@@ -77,11 +82,18 @@ func ms(col string) string { return `(floor(extract(epoch FROM ` + col + `) * 10
 
 func scanTemplate(row pgx.Row) (Template, error) {
 	var t Template
+	var volumes []byte
 	err := row.Scan(&t.ID, &t.TenantID, &t.OwnerIdentityID, &t.Name, &t.PoolID, &t.FlavorID, &t.ImageID, &t.Runtime, &t.Command,
 		&t.DefaultTTLSeconds, &t.MaxTTLSeconds, &t.TTLAction, &t.WarmPoolSize, &t.Version, &t.VCPU, &t.MemoryMiB, &t.GPUs,
-		&t.CreatedAt, &t.UpdatedAt)
+		&t.CreatedAt, &t.UpdatedAt, &volumes)
 	if len(t.Command) == 0 {
 		t.Command = nil
+	}
+	if err == nil {
+		err = json.Unmarshal(volumes, &t.Volumes)
+	}
+	if len(t.Volumes) == 0 {
+		t.Volumes = nil
 	}
 	return t, err
 }
@@ -153,7 +165,7 @@ func (s TemplateSpec) check(ctx context.Context, tx store.Tx, tenantID string) e
 	if s.TTLAction == coresandboxes.TTLSnapshot && s.Runtime == coresandboxes.RuntimeVM {
 		return badField("ttlAction", "runtime", "ttlAction snapshot needs a gvisor or runc template; vm sandboxes have no snapshots yet")
 	}
-	return nil
+	return checkVolumes(ctx, tx, tenantID, s.PoolID, s.Runtime, s.Volumes)
 }
 
 func nameTaken(err error, name string) error {
@@ -178,6 +190,9 @@ func CreateTemplate(ctx context.Context, tx store.Tx, typ, tenantID, ownerID str
 		id, tenantID, ownerID, s.Name, s.PoolID, s.FlavorID, s.ImageID, string(s.Runtime), s.Command,
 		s.DefaultTTLSeconds, s.MaxTTLSeconds, string(s.TTLAction), s.WarmPoolSize); err != nil {
 		return Template{}, nameTaken(err, s.Name)
+	}
+	if err := putTemplateVolumes(ctx, tx, id, s.Volumes); err != nil {
+		return Template{}, err
 	}
 	if err := store.PutAuthzResource(ctx, tx, store.AuthzResource{Type: typ, ID: id, TenantID: tenantID, OwnerID: ownerID}); err != nil {
 		return Template{}, err
@@ -219,6 +234,8 @@ type TemplateChange struct {
 	MaxTTLSeconds     *int
 	TTLAction         *coresandboxes.TTLAction
 	WarmPoolSize      *int
+	// Volumes, when set, replaces the template's volumes.
+	Volumes *[]TemplateVolume
 }
 
 // UpdateTemplate applies ch to the tenant's template and checks the
@@ -243,6 +260,8 @@ func UpdateTemplate(ctx context.Context, tx store.Tx, tenantID, id string, ch Te
 	set(&s.MaxTTLSeconds, ch.MaxTTLSeconds)
 	set(&s.TTLAction, ch.TTLAction)
 	set(&s.WarmPoolSize, ch.WarmPoolSize)
+	s.Volumes = t.Volumes
+	set(&s.Volumes, ch.Volumes)
 	s = s.withDefaults()
 	if err := s.check(ctx, tx, tenantID); err != nil {
 		return Template{}, err
@@ -252,6 +271,11 @@ func UpdateTemplate(ctx context.Context, tx store.Tx, tenantID, id string, ch Te
 		WHERE id = $1`, id, s.FlavorID, s.ImageID, string(s.Runtime), s.Command, s.DefaultTTLSeconds, s.MaxTTLSeconds,
 		string(s.TTLAction), s.WarmPoolSize); err != nil {
 		return Template{}, err
+	}
+	if ch.Volumes != nil {
+		if err := putTemplateVolumes(ctx, tx, id, s.Volumes); err != nil {
+			return Template{}, err
+		}
 	}
 	return GetTemplate(ctx, tx, tenantID, id)
 }

@@ -81,6 +81,10 @@ func TopUp(ctx context.Context, tx store.Tx, templateID string) (Warm, error) {
 	// A pool of size 0 has nothing to keep: what was deleted finishes
 	// under its own workflows, and an update that sizes it starts it again.
 	out.Ended = size == 0
+	host, mounts, err := workloadMounts(ctx, tx, t) // a deleted template's zero value mounts nothing
+	if err != nil {
+		return Warm{}, err
+	}
 	for ; kept < size; kept++ {
 		id := core.NewID("inst")
 		sp, err := tx.Begin(ctx) // a refusal keeps what was placed before it
@@ -89,7 +93,8 @@ func TopUp(ctx context.Context, tx store.Tx, templateID string) (Warm, error) {
 		}
 		_, err = instances.PlaceWorkload(ctx, sp, tenantID, instances.Workload{ID: id, OwnerID: t.OwnerIdentityID,
 			PoolID: t.PoolID, FlavorID: t.FlavorID, ImageID: t.ImageID, Name: "warm-" + strings.TrimPrefix(id, "inst_"),
-			Runtime: workloadRuntime(t.Runtime), Command: t.Command, WarmTemplateID: t.ID, WarmVersion: t.Version})
+			Runtime: workloadRuntime(t.Runtime), Command: t.Command, WarmTemplateID: t.ID, WarmVersion: t.Version,
+			NodeID: host, Mounts: mounts})
 		if err != nil {
 			if rerr := sp.Rollback(ctx); rerr != nil {
 				return Warm{}, rerr
