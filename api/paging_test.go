@@ -295,6 +295,10 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id, owner_id)
 				SELECT $2, id, 'acme', $3 FROM unnest($1::text[]) id`, ids, e.catalog.FullName("sandbox-snapshot"), owner); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"sandboxVolumes.list": {input: map[string]any{"tenantId": "acme", "scope": "all"}, insert: func(first, n int) []string {
 			ids := pagingIDs("vol", first, n)
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO sandbox_volumes (id, tenant_id, owner_identity_id, pool_id, node_id, size_gib, state)
