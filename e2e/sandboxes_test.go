@@ -440,3 +440,65 @@ func TestSandboxSnapshots(t *testing.T) {
 		t.Fatalf("the ttl snapshot = %+v, %v", list, err)
 	}
 }
+
+// A volume keeps a file across two sandboxes of a template that mounts
+// it, on the volume's host; a read-only mount of it reads the file and
+// cannot write.
+func TestSandboxVolumesOnTheDevStack(t *testing.T) {
+	v := startVPSStack(t)
+	ctx := context.Background()
+	demo, err := sandboxes.GetTemplate.Call(ctx, v.demo, sandboxes.TemplateRef{TenantID: demoTenant, TemplateID: v.s.VPS().SandboxTemplateID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, err := sandboxes.CreateVolume.Call(ctx, v.demo, sandboxes.VolumeCreateInput{TenantID: demoTenant, IdempotencyKey: "data",
+		PoolID: demo.PoolID, SizeGiB: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyNil(t, instanceWait, func() error {
+		got, err := sandboxes.GetVolume.Call(ctx, v.demo, sandboxes.VolumeInput{TenantID: demoTenant, VolumeID: vol.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != "ready" {
+			return fmt.Errorf("volume %s is %s", vol.ID, got.State)
+		}
+		return nil
+	})
+	template := func(name string, readOnly bool) string {
+		tpl, err := sandboxes.CreateTemplate.Call(ctx, v.demo, sandboxes.TemplateInput{TenantID: demoTenant, Name: name, PoolID: demo.PoolID,
+			FlavorID: demo.FlavorID, ImageID: demo.ImageID, Runtime: coresandboxes.Runtime(demo.Runtime),
+			Volumes: []sandboxes.MountInput{{VolumeID: vol.ID, MountPath: "/data", ReadOnly: readOnly}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tpl.ID
+	}
+	rw, ro := template("with-data", false), template("read-data", true)
+	run := func(key, tpl string, command string) (string, int) {
+		s, err := sandboxes.Create.Call(ctx, v.demo, sandboxes.CreateInput{TenantID: demoTenant, IdempotencyKey: key, TemplateID: tpl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = v.awaitSandbox(t, s.ID, "running")
+		if s.NodeID != vol.NodeID {
+			t.Fatalf("sandbox on %s, the volume on %s", s.NodeID, vol.NodeID)
+		}
+		out, errOut, st := v.exec(t, s.ID, "", "sh", "-c", command)
+		if _, err := sandboxes.Delete.Call(ctx, v.demo, sandboxes.SandboxInput{TenantID: demoTenant, SandboxID: s.ID}); err != nil {
+			t.Fatal(err)
+		}
+		v.awaitSandbox(t, s.ID, "deleted")
+		return out + errOut, st.ExitCode
+	}
+	if out, code := run("first", rw, "echo persisted > /data/file && sync"); code != 0 {
+		t.Fatalf("writing the volume: %q %d", out, code)
+	}
+	if out, code := run("second", rw, "cat /data/file"); out != "persisted\n" || code != 0 {
+		t.Fatalf("the second sandbox reads %q (%d)", out, code)
+	}
+	if out, code := run("reader", ro, "cat /data/file && ! touch /data/other"); !strings.HasPrefix(out, "persisted\n") || code != 0 {
+		t.Fatalf("the read-only mount: %q (%d)", out, code)
+	}
+}
