@@ -142,7 +142,7 @@ func startVPSStack(tb testing.TB) *vpsStack {
 
 // removeHostInstances removes what a failed test left on this machine:
 // the host agent's runc containers and gVisor sandboxes, their network
-// namespaces and its VMs.
+// namespaces, its volumes' mounts and its VMs.
 func removeHostInstances(tb testing.TB, hostDir string) {
 	for _, oci := range []string{"runc", "runsc"} { // containers, and gVisor sandboxes
 		root := filepath.Join(hostDir, oci)
@@ -155,6 +155,11 @@ func removeHostInstances(tb testing.TB, hostDir string) {
 	// A gVisor sandbox runsc could not delete (a restored one) still names
 	// its root on its command line.
 	_ = exec.Command("pkill", "-9", "-f", "--", "--root="+filepath.Join(hostDir, "runsc")+" ").Run()
+	// Sandbox volumes: loop mounts (mount -o loop frees the device on umount).
+	mounts, _ := filepath.Glob(filepath.Join(hostDir, "volumes", "*", "mnt"))
+	for _, m := range mounts {
+		_ = exec.Command("umount", "-l", m).Run()
+	}
 	pidfiles, _ := filepath.Glob(filepath.Join(hostDir, "instances", "*", "qemu.pid"))
 	for _, f := range pidfiles {
 		if b, err := os.ReadFile(f); err == nil {
