@@ -65,6 +65,9 @@ func TestAgentInstances(t *testing.T) {
 			row.id, ae.pool.ID, flavor, image, node, row.plain, row.ref)
 	}
 
+	// A sandbox workload's environment names the secret beside a plain value.
+	ae.exec(`UPDATE instances SET env = '{"SEED": "secret://acme/seed", "MODE": "plain"}' WHERE id IN ($1, $2)`, withRef, other)
+
 	// The report: recorded for the node's instances only; a full one
 	// marks the node's unnamed instances gone.
 	rs, _ := ae.open(ae.identity)
@@ -118,6 +121,9 @@ func TestAgentInstances(t *testing.T) {
 		{"plain user data", protocol.InstanceUserDataPath + plain, nil, http.StatusOK, "#cloud-config plain"},
 		{"another node's user data", protocol.InstanceUserDataPath + other, nil, http.StatusNotFound, ""},
 		{"missing", protocol.InstanceUserDataPath + "inst_missing", nil, http.StatusNotFound, ""},
+		{"env with a secret", protocol.InstanceEnvPath + withRef, nil, http.StatusOK, `{"MODE":"plain","SEED":"#cloud-config secret"}` + "\n"},
+		{"no env", protocol.InstanceEnvPath + plain, nil, http.StatusOK, "{}\n"},
+		{"another node's env", protocol.InstanceEnvPath + other, nil, http.StatusNotFound, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,5 +135,8 @@ func TestAgentInstances(t *testing.T) {
 	}
 	if n := ae.count(`SELECT count(*) FROM secret_resolutions WHERE purpose = 'instance-user-data'`); n != 1 {
 		t.Fatalf("resolutions = %d", n)
+	}
+	if n := ae.count(`SELECT count(*) FROM secret_resolutions WHERE purpose = 'instance-env'`); n != 1 {
+		t.Fatalf("env resolutions = %d", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/core"
+	"github.com/better-compute/better-compute/iam"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/nodes"
@@ -226,5 +227,69 @@ func TestSandboxSnapshotRules(t *testing.T) {
 	}
 	if kept, err := sandboxes.GetSnapshot.Call(ctx, a, sandboxes.SnapshotRef{TenantID: "acme", SnapshotID: snap.ID}); err != nil || kept.State != "ready" {
 		t.Fatalf("the snapshot after the host's loss = %+v, %v", kept, err)
+	}
+}
+
+// A template's env is checked (names, another tenant's secret, a vm) and,
+// when it names secrets, takes compute:secrets:manage: a caller who may
+// manage sandboxes but not secrets is denied, and nothing is made; its
+// workloads carry the env and their NodeSpec says so.
+func TestSandboxTemplateEnv(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.client(e.boot.UserToken)
+	p, nodeID, image, flavor := vpsPool(t, e)
+	in := func(name string, env map[string]string) sandboxes.TemplateInput {
+		return sandboxes.TemplateInput{TenantID: "acme", Name: name, PoolID: p.ID, FlavorID: flavor["small"], ImageID: image, Env: env}
+	}
+	for _, b := range []struct {
+		env    map[string]string
+		reason string
+	}{
+		{map[string]string{"1BAD": "x"}, "name"},
+		{map[string]string{"TOKEN": "secret://globex/token"}, "secretRef"},
+		{map[string]string{"TOKEN": "secret://acme"}, "secretRef"},
+	} {
+		if _, err := sandboxes.CreateTemplate.Call(ctx, a, in("bad", b.env)); codeOf(err) != core.CodeInvalidInput || core.AsError(err).Details["reason"] != b.reason {
+			t.Fatalf("env %v = %v, want %s", b.env, err, b.reason)
+		}
+	}
+	if _, err := e.admin.PutPolicy(ctx, iam.PutPolicyInput{TenantID: "acme", Name: "sandboxers", Cedar: `permit (principal in Group::"sandboxers",
+	action in [Action::"compute:sandboxes:manage", Action::"compute:sandboxes:read"], resource is Resource)
+when { resource.tenantId == principal.tenantId };`}); err != nil {
+		t.Fatal(err)
+	}
+	sandboxer := e.client(e.person("acme", "sandra", []string{"sandboxers"}))
+	withSecret := map[string]string{"TOKEN": "secret://acme/token", "MODE": "test"}
+	if _, err := sandboxes.CreateTemplate.Call(ctx, sandboxer, in("secretive", withSecret)); codeOf(err) != core.CodeAccessDenied {
+		t.Fatalf("a template naming secrets without compute:secrets:manage = %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM sandbox_templates`); n != 0 {
+		t.Fatalf("%d templates after the denial", n)
+	}
+	// Plain values need no secrets decision.
+	plain, err := sandboxes.CreateTemplate.Call(ctx, sandboxer, in("plain", map[string]string{"MODE": "test"}))
+	if err != nil || plain.Env["MODE"] != "test" {
+		t.Fatalf("plain env = %+v, %v", plain, err)
+	}
+	// Naming a secret in an update needs it too.
+	if _, err := sandboxes.UpdateTemplate.Call(ctx, sandboxer, sandboxes.TemplateUpdateInput{TenantID: "acme", TemplateID: plain.ID,
+		Env: &withSecret}); codeOf(err) != core.CodeAccessDenied {
+		t.Fatalf("an update naming secrets = %v", err)
+	}
+	tpl, err := sandboxes.CreateTemplate.Call(ctx, a, in("secretive", withSecret))
+	if err != nil || tpl.Env["TOKEN"] != "secret://acme/token" {
+		t.Fatalf("template = %+v, %v", tpl, err)
+	}
+	s, err := sandboxes.Create.Call(ctx, a, sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "env", TemplateID: tpl.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM instances WHERE id = $1 AND env = $2::jsonb`, s.InstanceID, `{"TOKEN": "secret://acme/token", "MODE": "test"}`); n != 1 {
+		t.Fatal("the workload does not carry the template's env")
+	}
+	_, spec, err := nodes.Spec(ctx, e.store.Pool, nodeID)
+	if err != nil || len(spec.Instances) != 1 || !spec.Instances[0].Env {
+		t.Fatalf("the node's spec = %+v, %v", spec.Instances, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/better-compute/better-compute/api/sandboxes"
+	"github.com/better-compute/better-compute/api/secrets"
 	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
@@ -443,7 +444,8 @@ func TestSandboxSnapshots(t *testing.T) {
 
 // A volume keeps a file across two sandboxes of a template that mounts
 // it, on the volume's host; a read-only mount of it reads the file and
-// cannot write.
+// cannot write. The template's env reaches the guest and its execs, its
+// secret resolved by the node.
 func TestSandboxVolumesOnTheDevStack(t *testing.T) {
 	v := startVPSStack(t)
 	ctx := context.Background()
@@ -466,10 +468,14 @@ func TestSandboxVolumesOnTheDevStack(t *testing.T) {
 		}
 		return nil
 	})
+	if _, err := secrets.Put.Call(ctx, v.demo, secrets.PutInput{TenantID: demoTenant, Name: "api-token", Value: "s3cr3t"}); err != nil {
+		t.Fatal(err)
+	}
 	template := func(name string, readOnly bool) string {
 		tpl, err := sandboxes.CreateTemplate.Call(ctx, v.demo, sandboxes.TemplateInput{TenantID: demoTenant, Name: name, PoolID: demo.PoolID,
 			FlavorID: demo.FlavorID, ImageID: demo.ImageID, Runtime: coresandboxes.Runtime(demo.Runtime),
-			Volumes: []sandboxes.MountInput{{VolumeID: vol.ID, MountPath: "/data", ReadOnly: readOnly}}})
+			Volumes: []sandboxes.MountInput{{VolumeID: vol.ID, MountPath: "/data", ReadOnly: readOnly}},
+			Env:     map[string]string{"MODE": "e2e", "API_TOKEN": "secret://" + demoTenant + "/api-token"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,7 +498,7 @@ func TestSandboxVolumesOnTheDevStack(t *testing.T) {
 		v.awaitSandbox(t, s.ID, "deleted")
 		return out + errOut, st.ExitCode
 	}
-	if out, code := run("first", rw, "echo persisted > /data/file && sync"); code != 0 {
+	if out, code := run("first", rw, `echo persisted > /data/file && sync && echo "$MODE $API_TOKEN"`); out != "e2e s3cr3t\n" || code != 0 {
 		t.Fatalf("writing the volume: %q %d", out, code)
 	}
 	if out, code := run("second", rw, "cat /data/file"); out != "persisted\n" || code != 0 {

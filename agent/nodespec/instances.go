@@ -39,6 +39,10 @@ type Instance struct {
 	// so no secret is ever in the NodeSpec or on the agent's disk beyond
 	// the instance's own seed.
 	UserData bool `json:"userData,omitempty"`
+	// Env says the instance has environment variables: the agent fetches
+	// them (protocol.InstanceEnvPath), secrets resolved, when it creates
+	// the container, as it fetches user data.
+	Env bool `json:"env,omitempty"`
 	// Restore, when set, makes a container or gvisor instance from a
 	// sandbox snapshot (protocol.SandboxSnapshotPath) instead of Image:
 	// its rootfs, and for a memory snapshot (gvisor only) its processes.

@@ -11,6 +11,10 @@ const (
 	// data (GET), a secret:// reference resolved at that moment; 404 when
 	// the instance has none.
 	InstanceUserDataPath = "/agent/v1/instances/user-data/"
+	// InstanceEnvPath + "<instanceId>" answers the instance's environment
+	// (GET): a JSON object of names to values, secret:// references
+	// resolved at that moment.
+	InstanceEnvPath = "/agent/v1/instances/env/"
 )
 
 // FrameInstances (agent → server) reports the observed state of the

@@ -191,7 +191,11 @@ func (r *Runtime) createContainer(ctx context.Context, rt ociRuntime, in nodespe
 	if err != nil {
 		return err
 	}
-	cfg := r.containerConfig(in, devices)
+	env, err := r.fetchEnv(ctx, in)
+	if err != nil {
+		return err
+	}
+	cfg := r.containerConfig(in, devices, env)
 	if err := r.writeConfig(in.ID, cfg); err != nil {
 		return err
 	}
@@ -360,8 +364,9 @@ func copyOutOfExt4(ctx context.Context, image, dir, dst string) error {
 }
 
 // containerConfig is the OCI config of in: its own PID, mount, UTS, IPC
-// and network namespaces, the flavor's cgroup limits.
-func (r *Runtime) containerConfig(in nodespec.Instance, devices []specs.LinuxDevice) *specs.Spec {
+// and network namespaces, the flavor's cgroup limits, env after the
+// defaults (so it may override them; execs inherit it).
+func (r *Runtime) containerConfig(in nodespec.Instance, devices []specs.LinuxDevice, env []string) *specs.Spec {
 	args := in.Command
 	if len(args) == 0 {
 		args = []string{"/sbin/init"}
@@ -392,7 +397,7 @@ func (r *Runtime) containerConfig(in nodespec.Instance, devices []specs.LinuxDev
 		Hostname: hostname(in.ID),
 		Process: &specs.Process{
 			Args: args, Cwd: "/",
-			Env:             []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm", "container=better-compute"},
+			Env:             append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm", "container=better-compute"}, env...),
 			Capabilities:    &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps},
 			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096}},
 			NoNewPrivileges: true,

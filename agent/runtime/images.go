@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 
@@ -140,4 +142,41 @@ func (r *Runtime) fetchUserData(ctx context.Context, in nodespec.Instance) ([]by
 		return nil, errors.New("user data: larger than 1 MiB")
 	}
 	return b, nil
+}
+
+// fetchEnv answers the instance's environment (protocol.InstanceEnvPath),
+// its secrets resolved, as "NAME=value" in name order; nil when it has
+// none.
+func (r *Runtime) fetchEnv(ctx context.Context, in nodespec.Instance) ([]string, error) {
+	if !in.Env {
+		return nil, nil
+	}
+	if r.o.Client == nil || r.o.Endpoint == "" {
+		return nil, errors.New("env: no agent endpoint")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.o.Endpoint, "/")+protocol.InstanceEnvPath+in.ID, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.o.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("env: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("env: HTTP %d", resp.StatusCode)
+	}
+	var env map[string]string
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&env); err != nil {
+		return nil, fmt.Errorf("env: %w", err)
+	}
+	out := make([]string, 0, len(env))
+	for name, value := range env {
+		if name == "" || strings.ContainsAny(name, "=\x00") || strings.ContainsRune(value, 0) {
+			return nil, fmt.Errorf("env: %q is not a variable a process can hold", name)
+		}
+		out = append(out, name+"="+value)
+	}
+	sort.Strings(out)
+	return out, nil
 }

@@ -2,9 +2,12 @@ package agentgateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	instancesact "github.com/better-compute/better-compute/activities/instances"
 	"github.com/better-compute/better-compute/agent/protocol"
@@ -184,4 +187,56 @@ func (g *Gateway) handleInstanceUserData(w http.ResponseWriter, r *http.Request)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	_, _ = w.Write([]byte(value))
+}
+
+// handleInstanceEnv answers GET InstanceEnvPath + instanceId to the node
+// the instance is placed on: its environment as a JSON object, each
+// secret:// reference resolved at that moment (recorded, in a read-write
+// transaction).
+func (g *Gateway) handleInstanceEnv(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	nodeID, ok := g.nodeOf(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	id := strings.TrimPrefix(r.URL.Path, protocol.InstanceEnvPath)
+	var env map[string]string
+	var unavailable bool
+	err := g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) error {
+		tenantID, _, err := placedOn(ctx, tx, nodeID, id)
+		if err != nil {
+			return err
+		}
+		if env, err = instancesdomain.InstanceEnv(ctx, tx, id); err != nil {
+			return err
+		}
+		for name, value := range env {
+			if !instancesdomain.IsSecretRef(value) {
+				continue
+			}
+			if g.deps.Secrets == nil {
+				unavailable = true
+				return core.Errorf(core.CodeUnavailable, "no secret store configured")
+			}
+			if env[name], err = g.deps.Secrets.Resolve(ctx, tx, value, secrets.Use{TenantID: tenantID, Purpose: "instance-env",
+				IdentityKind: "node", IdentityID: nodeID, ResourceType: "instance", ResourceID: id}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if unavailable {
+		agentError(w, http.StatusServiceUnavailable, string(core.CodeUnavailable), "no secret store configured")
+		return
+	}
+	if err != nil {
+		if !errors.As(err, new(*core.Error)) && !errors.Is(err, pgx.ErrNoRows) {
+			g.deps.Logger.Warn("instance env refused", "instance", id, "error", err.Error())
+		}
+		instanceNotFound(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(env)
 }

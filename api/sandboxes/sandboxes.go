@@ -9,6 +9,8 @@ package sandboxes
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	instancesact "github.com/better-compute/better-compute/activities/instances"
@@ -111,6 +113,9 @@ type TemplateInput struct {
 	// Volumes are mounted into every sandbox of the template: all on one
 	// host, in the template's pool; not for runtime vm.
 	Volumes []MountInput `json:"volumes,omitempty" jsonschema:"maxItems=16"`
+	// Env is the guest's environment: values plain or secret://
+	// references to the tenant's secrets (compute:secrets:manage).
+	Env map[string]string `json:"env,omitempty" jsonschema:"maxProperties=128"`
 }
 
 // TemplateRef names one template.
@@ -133,6 +138,8 @@ type TemplateUpdateInput struct {
 	WarmPoolSize      *int                     `json:"warmPoolSize,omitempty" jsonschema:"minimum=0,maximum=64"`
 	// Volumes, when set, replaces the template's volumes ([] removes them).
 	Volumes *[]MountInput `json:"volumes,omitempty" jsonschema:"maxItems=16"`
+	// Env, when set, replaces the template's environment.
+	Env *map[string]string `json:"env,omitempty" jsonschema:"maxProperties=128"`
 }
 
 // TemplateListInput is sandboxTemplates.list's input.
@@ -250,9 +257,10 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				return domain.CreateTemplate(ctx, tx, m.templateType(), c.TenantID, c.Caller.IdentityID, domain.TemplateSpec{
 					Name: in.Name, PoolID: in.PoolID, FlavorID: in.FlavorID, ImageID: in.ImageID, Runtime: in.Runtime,
 					Command: in.Command, DefaultTTLSeconds: in.DefaultTTLSeconds, MaxTTLSeconds: in.MaxTTLSeconds,
-					TTLAction: in.TTLAction, WarmPoolSize: in.WarmPoolSize, Volumes: mounts(in.Volumes)})
+					TTLAction: in.TTLAction, WarmPoolSize: in.WarmPoolSize, Volumes: mounts(in.Volumes),
+					Env: in.Env})
 			},
-			Also: m.createVolumeDecisions,
+			Also: m.createTemplateDecisions,
 			After: func(ctx context.Context, c *rpc.Call, _ TemplateInput, t Template) (Template, error) {
 				if t.WarmPoolSize == 0 {
 					return t, nil
@@ -284,9 +292,10 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				return domain.UpdateTemplate(ctx, tx, c.TenantID, in.TemplateID, domain.TemplateChange{
 					FlavorID: in.FlavorID, ImageID: in.ImageID, Runtime: in.Runtime, Command: in.Command,
 					DefaultTTLSeconds: in.DefaultTTLSeconds, MaxTTLSeconds: in.MaxTTLSeconds, TTLAction: in.TTLAction,
-					WarmPoolSize: in.WarmPoolSize, Volumes: templateVolumes(in.Volumes)})
+					WarmPoolSize: in.WarmPoolSize, Volumes: templateVolumes(in.Volumes),
+					Env: in.Env})
 			},
-			Also: m.updateVolumeDecisions,
+			Also: m.updateTemplateDecisions,
 			After: func(ctx context.Context, c *rpc.Call, _ TemplateUpdateInput, t Template) (Template, error) {
 				return m.warmPool(ctx, c, t)
 			}},
@@ -366,4 +375,59 @@ func (m methods) signal(ctx context.Context, out Sandbox) (Sandbox, error) {
 		m.d.Logger.WarnContext(ctx, "signalling a sandbox's workflow", "sandbox", out.ID, "error", err)
 	}
 	return out, nil
+}
+
+// secretsDecision is compute:secrets:manage on the tenant, and in the root
+// tenant on the fleet too: a template that names secrets hands them to
+// whatever its guests run.
+func (m methods) secretsDecision(c *rpc.Call) []rpc.Requirement {
+	const action = "compute:secrets:manage"
+	out := []rpc.Requirement{{Action: action, Resource: m.d.Resource("tenant", c.TenantID)}}
+	if c.TenantID == m.d.RootTenant {
+		out = append(out, rpc.Requirement{Action: action, Resource: m.d.Resource("fleet", core.FleetID)})
+	}
+	return out
+}
+
+// createTemplateDecisions are sandboxTemplates.create's further
+// decisions: the secrets decision when its env names secrets, then each
+// volume's.
+func (m methods) createTemplateDecisions(ctx context.Context, c *rpc.Call, tx store.Tx, in TemplateInput) ([]rpc.Requirement, error) {
+	var out []rpc.Requirement
+	if domain.NamesSecrets(in.Env) {
+		out = m.secretsDecision(c)
+	}
+	volumes, err := m.createVolumeDecisions(ctx, c, tx, in)
+	return append(out, volumes...), err
+}
+
+// updateTemplateDecisions are sandboxTemplates.update's: the secrets
+// decision when the resulting template names secrets and the update
+// changes its env or what the guest runs (image, command, runtime), then
+// the volumes' (updateVolumeDecisions).
+func (m methods) updateTemplateDecisions(ctx context.Context, c *rpc.Call, tx store.Tx, in TemplateUpdateInput) ([]rpc.Requirement, error) {
+	var out []rpc.Requirement
+	if in.Env != nil || in.ImageID != nil || in.Command != nil || in.Runtime != nil {
+		t, err := domain.GetTemplate(ctx, tx, c.TenantID, in.TemplateID)
+		if err != nil {
+			return nil, err
+		}
+		env := t.Env
+		if in.Env != nil {
+			env = *in.Env
+		}
+		changed := (in.Env != nil && !maps.Equal(*in.Env, t.Env)) || guestChanges(t, in)
+		if domain.NamesSecrets(env) && changed {
+			out = m.secretsDecision(c)
+		}
+	}
+	volumes, err := m.updateVolumeDecisions(ctx, c, tx, in)
+	return append(out, volumes...), err
+}
+
+// guestChanges says whether the update changes what t's guests run: its
+// image, its command or its runtime.
+func guestChanges(t Template, in TemplateUpdateInput) bool {
+	return (in.ImageID != nil && *in.ImageID != t.ImageID) || (in.Runtime != nil && string(*in.Runtime) != t.Runtime) ||
+		(in.Command != nil && !slices.Equal(*in.Command, t.Command))
 }

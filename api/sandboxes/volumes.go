@@ -2,7 +2,6 @@ package sandboxes
 
 import (
 	"context"
-	"slices"
 
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
@@ -193,9 +192,7 @@ func (m methods) updateVolumeDecisions(ctx context.Context, c *rpc.Call, tx stor
 	if err != nil {
 		return nil, err
 	}
-	changed := (in.ImageID != nil && *in.ImageID != t.ImageID) || (in.Runtime != nil && string(*in.Runtime) != t.Runtime) ||
-		(in.Command != nil && !slices.Equal(*in.Command, t.Command))
-	if !changed {
+	if !guestChanges(t, in) {
 		return nil, nil
 	}
 	return m.volumeDecisions(t.Volumes), nil

@@ -499,6 +499,9 @@ type Workload struct {
 	// RestoreSnapshotID makes it from a sandbox snapshot (its rootfs, and
 	// its processes for a memory snapshot) instead of its image.
 	RestoreSnapshotID string
+	// Env is the guest's environment (plain values and secret://
+	// references), fetched resolved by its node (InstanceEnv).
+	Env map[string]string
 	// NodeID, when set, is the one node it may be placed on (the host of
 	// the volumes it mounts); Mounts are those volumes, as the NodeSpec
 	// hands them to the runtime.
@@ -520,11 +523,18 @@ func PlaceWorkload(ctx context.Context, tx store.Tx, tenantID string, w Workload
 	if err != nil {
 		return Instance{}, err
 	}
+	if w.Env == nil {
+		w.Env = map[string]string{}
+	}
+	env, err := json.Marshal(w.Env)
+	if err != nil {
+		return Instance{}, err
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO instances (id, tenant_id, owner_identity_id, pool_id, flavor_id, image_id, name,
-			desired_state, state, command, sandbox_id, runtime, warm_template_id, warm_version, mounts, restore_snapshot_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, NULLIF($9, ''), $10, NULLIF($11, ''), NULLIF($12, 0), $13, NULLIF($14, ''))`,
+			desired_state, state, command, sandbox_id, runtime, warm_template_id, warm_version, mounts, restore_snapshot_id, env)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 'draft', $8, NULLIF($9, ''), $10, NULLIF($11, ''), NULLIF($12, 0), $13, NULLIF($14, ''), $15)`,
 		w.ID, tenantID, w.OwnerID, w.PoolID, w.FlavorID, w.ImageID, w.Name, w.Command, w.SandboxID, w.Runtime,
-		w.WarmTemplateID, w.WarmVersion, mounts, w.RestoreSnapshotID); err != nil {
+		w.WarmTemplateID, w.WarmVersion, mounts, w.RestoreSnapshotID, env); err != nil {
 		return Instance{}, err
 	}
 	return place(ctx, tx, tenantID, w.ID, w.NodeID)

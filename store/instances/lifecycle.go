@@ -437,3 +437,14 @@ func ForgetCreateSent(ctx context.Context, db store.DBTX, id string) error {
 
 // ErrNoUserData is the answer for an instance without user data.
 var ErrNoUserData = errors.New("instances: no user data")
+
+// InstanceEnv reads an instance's environment as stored: plain values and
+// secret:// references (its node's fetch resolves them).
+func InstanceEnv(ctx context.Context, db store.DBTX, id string) (map[string]string, error) {
+	var raw []byte
+	if err := db.QueryRow(ctx, `SELECT env FROM instances WHERE id = $1`, id).Scan(&raw); err != nil {
+		return nil, err
+	}
+	var env map[string]string
+	return env, json.Unmarshal(raw, &env)
+}

@@ -22,7 +22,7 @@ func specInstances(ctx context.Context, db store.DBTX, nodeID string) ([]nodespe
 	rows, err := db.Query(ctx, `SELECT i.id, i.generation, CASE WHEN i.runtime <> '' THEN i.runtime ELSE f.runtime END, i.desired_state, f.vcpu, f.memory_mib, f.disk_gib,
 			im.id, im.format, im.sha256, im.size_bytes,
 			COALESCE((SELECT a.atoms FROM allocations a WHERE a.instance_id = i.id AND a.released_at IS NULL), '{}'),
-			i.command, (i.user_data IS NOT NULL OR i.user_data_ref IS NOT NULL),
+			i.command, (i.user_data IS NOT NULL OR i.user_data_ref IS NOT NULL), i.env <> '{}'::jsonb,
 			COALESCE(rs.id, ''), COALESCE(rs.sha256, ''), COALESCE(rs.size_bytes, 0), COALESCE(rs.include_memory, false),
 			COALESCE((SELECT json_agg(json_build_object('id', ss.id, 'memory', ss.include_memory) ORDER BY ss.created_at, ss.id)
 				FROM sandbox_snapshots ss WHERE ss.instance_id = i.id AND ss.state = 'creating'), '[]')
@@ -38,7 +38,7 @@ func specInstances(ctx context.Context, db store.DBTX, nodeID string) ([]nodespe
 		var restore nodespec.InstanceRestore
 		var snapshots []byte
 		err := r.Scan(&in.ID, &in.Generation, &in.Runtime, &in.Desired, &in.VCPU, &in.MemoryMiB, &in.DiskGiB,
-			&in.Image.ID, &in.Image.Format, &in.Image.SHA256, &in.Image.SizeBytes, &in.Devices, &in.Command, &in.UserData,
+			&in.Image.ID, &in.Image.Format, &in.Image.SHA256, &in.Image.SizeBytes, &in.Devices, &in.Command, &in.UserData, &in.Env,
 			&restore.SnapshotID, &restore.SHA256, &restore.SizeBytes, &restore.Memory, &snapshots)
 		if err != nil {
 			return in, err

@@ -261,7 +261,7 @@ func Complete(ctx context.Context, tx store.Tx, tenantID, id string) (Sandbox, e
 		if w, err = instances.PlaceWorkload(ctx, tx, tenantID, instances.Workload{ID: WorkloadID(tenantID, id), SandboxID: id,
 			OwnerID: s.OwnerIdentityID, PoolID: t.PoolID, FlavorID: t.FlavorID, ImageID: t.ImageID, Name: hostName(id),
 			Runtime: workloadRuntime(t.Runtime), Command: t.Command, NodeID: host, Mounts: mounts,
-			RestoreSnapshotID: s.FromSnapshotID}); err != nil {
+			RestoreSnapshotID: s.FromSnapshotID, Env: t.Env}); err != nil {
 			return Sandbox{}, err
 		}
 	}

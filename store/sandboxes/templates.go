@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,6 +17,7 @@ import (
 	"github.com/better-compute/better-compute/core"
 	coreimages "github.com/better-compute/better-compute/core/images"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
+	coresecrets "github.com/better-compute/better-compute/core/secrets"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/flavors"
 	"github.com/better-compute/better-compute/store/images"
@@ -43,6 +45,9 @@ type Template struct {
 	// Volumes are mounted into every sandbox (and warm workload) of the
 	// template, which runs on their host.
 	Volumes []TemplateVolume `json:"volumes,omitempty"`
+	// Env is the guest's environment: plain values, or secret://
+	// references its node fetches resolved (never shown resolved).
+	Env map[string]string `json:"env,omitempty"`
 	// Version grows with every update.
 	Version int64 `json:"version"`
 	// VCPU, MemoryMiB and GPUs are the flavor's: what each sandbox takes.
@@ -64,6 +69,7 @@ type TemplateSpec struct {
 	TTLAction                       coresandboxes.TTLAction
 	WarmPoolSize                    int
 	Volumes                         []TemplateVolume
+	Env                             map[string]string
 }
 
 // Template defaults: E2B's five minutes, an hour at most.
@@ -74,7 +80,7 @@ const (
 
 var templateColumns = `t.id, t.tenant_id, t.owner_identity_id, t.name, t.pool_id, t.flavor_id, t.image_id, t.runtime, t.command,
 	t.default_ttl_seconds, t.max_ttl_seconds, t.ttl_action, t.warm_pool_size, t.version, f.vcpu, f.memory_mib, f.gpus,
-	` + ms("t.created_at") + `, ` + ms("t.updated_at") + `, ` + templateVolumesColumn
+	` + ms("t.created_at") + `, ` + ms("t.updated_at") + `, ` + templateVolumesColumn + `, t.env`
 
 const templateFrom = ` FROM sandbox_templates t JOIN flavors f ON f.id = t.flavor_id`
 
@@ -82,10 +88,10 @@ func ms(col string) string { return `(floor(extract(epoch FROM ` + col + `) * 10
 
 func scanTemplate(row pgx.Row) (Template, error) {
 	var t Template
-	var volumes []byte
+	var volumes, env []byte
 	err := row.Scan(&t.ID, &t.TenantID, &t.OwnerIdentityID, &t.Name, &t.PoolID, &t.FlavorID, &t.ImageID, &t.Runtime, &t.Command,
 		&t.DefaultTTLSeconds, &t.MaxTTLSeconds, &t.TTLAction, &t.WarmPoolSize, &t.Version, &t.VCPU, &t.MemoryMiB, &t.GPUs,
-		&t.CreatedAt, &t.UpdatedAt, &volumes)
+		&t.CreatedAt, &t.UpdatedAt, &volumes, &env)
 	if len(t.Command) == 0 {
 		t.Command = nil
 	}
@@ -94,6 +100,12 @@ func scanTemplate(row pgx.Row) (Template, error) {
 	}
 	if len(t.Volumes) == 0 {
 		t.Volumes = nil
+	}
+	if err == nil {
+		err = json.Unmarshal(env, &t.Env)
+	}
+	if len(t.Env) == 0 {
+		t.Env = nil
 	}
 	return t, err
 }
@@ -122,6 +134,9 @@ func (s TemplateSpec) withDefaults() TemplateSpec {
 	}
 	if s.Command == nil {
 		s.Command = []string{}
+	}
+	if s.Env == nil {
+		s.Env = map[string]string{}
 	}
 	return s
 }
@@ -162,6 +177,9 @@ func (s TemplateSpec) check(ctx context.Context, tx store.Tx, tenantID string) e
 	if len(s.Command) > 0 && s.Runtime == coresandboxes.RuntimeVM {
 		return badField("command", "runtime", "command is for container runtimes only")
 	}
+	if err := checkEnv(tenantID, s.Runtime, s.Env); err != nil {
+		return err
+	}
 	if s.TTLAction == coresandboxes.TTLSnapshot && s.Runtime == coresandboxes.RuntimeVM {
 		return badField("ttlAction", "runtime", "ttlAction snapshot needs a gvisor or runc template; vm sandboxes have no snapshots yet")
 	}
@@ -185,10 +203,10 @@ func CreateTemplate(ctx context.Context, tx store.Tx, typ, tenantID, ownerID str
 	}
 	id := core.NewID("tpl")
 	if _, err := tx.Exec(ctx, `INSERT INTO sandbox_templates (id, tenant_id, owner_identity_id, name, pool_id, flavor_id, image_id,
-			runtime, command, default_ttl_seconds, max_ttl_seconds, ttl_action, warm_pool_size)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			runtime, command, default_ttl_seconds, max_ttl_seconds, ttl_action, warm_pool_size, env)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		id, tenantID, ownerID, s.Name, s.PoolID, s.FlavorID, s.ImageID, string(s.Runtime), s.Command,
-		s.DefaultTTLSeconds, s.MaxTTLSeconds, string(s.TTLAction), s.WarmPoolSize); err != nil {
+		s.DefaultTTLSeconds, s.MaxTTLSeconds, string(s.TTLAction), s.WarmPoolSize, s.Env); err != nil {
 		return Template{}, nameTaken(err, s.Name)
 	}
 	if err := putTemplateVolumes(ctx, tx, id, s.Volumes); err != nil {
@@ -236,6 +254,8 @@ type TemplateChange struct {
 	WarmPoolSize      *int
 	// Volumes, when set, replaces the template's volumes.
 	Volumes *[]TemplateVolume
+	// Env, when set, replaces the template's environment.
+	Env *map[string]string
 }
 
 // UpdateTemplate applies ch to the tenant's template and checks the
@@ -262,14 +282,17 @@ func UpdateTemplate(ctx context.Context, tx store.Tx, tenantID, id string, ch Te
 	set(&s.WarmPoolSize, ch.WarmPoolSize)
 	s.Volumes = t.Volumes
 	set(&s.Volumes, ch.Volumes)
+	s.Env = t.Env
+	set(&s.Env, ch.Env)
 	s = s.withDefaults()
 	if err := s.check(ctx, tx, tenantID); err != nil {
 		return Template{}, err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE sandbox_templates SET flavor_id = $2, image_id = $3, runtime = $4, command = $5,
-			default_ttl_seconds = $6, max_ttl_seconds = $7, ttl_action = $8, warm_pool_size = $9, version = version + 1, updated_at = now()
+			default_ttl_seconds = $6, max_ttl_seconds = $7, ttl_action = $8, warm_pool_size = $9, env = $10, version = version + 1,
+			updated_at = now()
 		WHERE id = $1`, id, s.FlavorID, s.ImageID, string(s.Runtime), s.Command, s.DefaultTTLSeconds, s.MaxTTLSeconds,
-		string(s.TTLAction), s.WarmPoolSize); err != nil {
+		string(s.TTLAction), s.WarmPoolSize, s.Env); err != nil {
 		return Template{}, err
 	}
 	if ch.Volumes != nil {
@@ -306,4 +329,56 @@ func DeleteTemplate(ctx context.Context, tx store.Tx, typ, tenantID, id string) 
 		return Template{}, err
 	}
 	return t, store.DeleteAuthzResource(ctx, tx, typ, id)
+}
+
+// Bounds of a template's environment.
+const (
+	MaxEnv           = 128
+	MaxEnvValueBytes = 32 << 10
+)
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// checkEnv checks a template's environment: at most MaxEnv names of the
+// shell's grammar, values of at most MaxEnvValueBytes, a secret://
+// reference naming a secret of the tenant (INVALID_INPUT field env, reason
+// name, size, secretRef); none for a vm (reason runtime: QEMU guests get
+// user data instead).
+func checkEnv(tenantID string, runtime coresandboxes.Runtime, env map[string]string) error {
+	if len(env) == 0 {
+		return nil
+	}
+	if runtime == coresandboxes.RuntimeVM {
+		return badField("env", "runtime", "env is for container runtimes only; a vm guest reads its user data")
+	}
+	if len(env) > MaxEnv {
+		return badField("env", "size", "env has %d names, more than %d", len(env), MaxEnv)
+	}
+	for name, value := range env {
+		switch {
+		case !envName.MatchString(name):
+			return badField("env", "name", "env name %q is not a shell variable name", name)
+		case len(value) > MaxEnvValueBytes:
+			return badField("env", "size", "env %s is longer than %d bytes", name, MaxEnvValueBytes)
+		case instances.IsSecretRef(value):
+			owner, _, err := coresecrets.ParseRef(value)
+			if err != nil {
+				return badField("env", "secretRef", "env %s: %v", name, err)
+			}
+			if owner != tenantID {
+				return badField("env", "secretRef", "env %s must name a secret of tenant %s", name, tenantID)
+			}
+		}
+	}
+	return nil
+}
+
+// NamesSecrets says whether env holds a secret:// reference.
+func NamesSecrets(env map[string]string) bool {
+	for _, v := range env {
+		if instances.IsSecretRef(v) {
+			return true
+		}
+	}
+	return false
 }

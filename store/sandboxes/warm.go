@@ -94,7 +94,7 @@ func TopUp(ctx context.Context, tx store.Tx, templateID string) (Warm, error) {
 		_, err = instances.PlaceWorkload(ctx, sp, tenantID, instances.Workload{ID: id, OwnerID: t.OwnerIdentityID,
 			PoolID: t.PoolID, FlavorID: t.FlavorID, ImageID: t.ImageID, Name: "warm-" + strings.TrimPrefix(id, "inst_"),
 			Runtime: workloadRuntime(t.Runtime), Command: t.Command, WarmTemplateID: t.ID, WarmVersion: t.Version,
-			NodeID: host, Mounts: mounts})
+			NodeID: host, Mounts: mounts, Env: t.Env})
 		if err != nil {
 			if rerr := sp.Rollback(ctx); rerr != nil {
 				return Warm{}, rerr
