@@ -120,21 +120,29 @@ func (g *Gateway) handleInstanceImage(w http.ResponseWriter, r *http.Request) {
 		instanceNotFound(w)
 		return
 	}
-	obj, err := g.deps.Blobs.Open(ctx, blobs.Key{TenantID: im.TenantID, SHA256: im.SHA256})
+	g.serveBlob(w, r, blobs.Key{TenantID: im.TenantID, SHA256: im.SHA256}, im.SizeBytes, "application/octet-stream", instanceNotFound)
+}
+
+// serveBlob answers key's bytes with http.ServeContent (ranges honoured,
+// the ETag its digest), or notFound when the blob is missing or not of
+// size.
+func (g *Gateway) serveBlob(w http.ResponseWriter, r *http.Request, key blobs.Key, size int64, contentType string,
+	notFound func(http.ResponseWriter)) {
+	obj, err := g.deps.Blobs.Open(r.Context(), key)
 	if err != nil {
 		if !errors.Is(err, blobs.ErrNotFound) {
-			g.deps.Logger.Warn("instance image unreadable", "imageId", im.ID, "error", err.Error())
+			g.deps.Logger.Warn("a blob is unreadable", "blob", key.String(), "error", err.Error())
 		}
-		instanceNotFound(w)
+		notFound(w)
 		return
 	}
 	defer obj.Close()
-	if obj.Info().Size != im.SizeBytes {
-		instanceNotFound(w)
+	if obj.Info().Size != size {
+		notFound(w)
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("ETag", `"sha256:`+im.SHA256+`"`)
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("ETag", `"sha256:`+key.SHA256+`"`)
 	http.ServeContent(w, r, "", obj.Info().ModTime, obj)
 }
 

@@ -129,22 +129,7 @@ func (g *Gateway) handleSnapshotGet(w http.ResponseWriter, r *http.Request) {
 		snapshotNotFound(w)
 		return
 	}
-	obj, err := g.deps.Blobs.Open(ctx, blobs.Key{TenantID: b.TenantID, SHA256: b.SHA256})
-	if err != nil {
-		if !errors.Is(err, blobs.ErrNotFound) {
-			g.deps.Logger.Warn("sandbox snapshot unreadable", "snapshot", id, "error", err.Error())
-		}
-		snapshotNotFound(w)
-		return
-	}
-	defer obj.Close()
-	if obj.Info().Size != size {
-		snapshotNotFound(w)
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.Header().Set("ETag", `"sha256:`+b.SHA256+`"`)
-	http.ServeContent(w, r, "", obj.Info().ModTime, obj)
+	g.serveBlob(w, r, blobs.Key{TenantID: b.TenantID, SHA256: b.SHA256}, size, "application/x-tar", snapshotNotFound)
 }
 
 // signalSandbox tells a sandbox's workflow that one of its snapshots
