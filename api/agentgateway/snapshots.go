@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	sandboxesact "github.com/better-compute/better-compute/activities/sandboxes"
 	"github.com/better-compute/better-compute/agent/protocol"
@@ -57,6 +58,9 @@ func (g *Gateway) handleSnapshotPut(w http.ResponseWriter, r *http.Request) {
 		agentError(w, http.StatusConflict, string(core.CodeInvalidState), "the snapshot is "+t.State)
 		return
 	}
+	// The listener's read timeout is for requests, not a tar of GiBs: the
+	// caller is checked, so its body may take a minute plus 8 MiB/s.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Minute + time.Duration(r.ContentLength/(8<<20))*time.Second))
 	if _, err := g.deps.Blobs.Put(ctx, blobs.Key{TenantID: t.TenantID, SHA256: sum}, r.ContentLength, r.Body); err != nil {
 		switch {
 		case errors.Is(err, blobs.ErrDigestMismatch), errors.Is(err, blobs.ErrInvalidKey):
