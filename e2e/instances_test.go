@@ -152,9 +152,15 @@ func removeHostInstances(tb testing.TB, hostDir string) {
 			_ = exec.Command("ip", "netns", "del", "bc-"+id).Run()
 		}
 	}
-	// A gVisor sandbox runsc could not delete (a restored one) still names
-	// its root on its command line.
+	// A gVisor sandbox runsc could not delete still names its root on its
+	// command line; an instance stopped mid-create may hold a network
+	// namespace no runtime lists (its address would shadow the next
+	// stack's on the shared bridge).
 	_ = exec.Command("pkill", "-9", "-f", "--", "--root="+filepath.Join(hostDir, "runsc")+" ").Run()
+	dirs, _ := filepath.Glob(filepath.Join(hostDir, "instances", "*"))
+	for _, d := range dirs {
+		_ = exec.Command("ip", "netns", "del", "bc-"+filepath.Base(d)).Run()
+	}
 	// Sandbox volumes: loop mounts (mount -o loop frees the device on umount).
 	mounts, _ := filepath.Glob(filepath.Join(hostDir, "volumes", "*", "mnt"))
 	for _, m := range mounts {
