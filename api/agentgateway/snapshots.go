@@ -71,20 +71,11 @@ func (g *Gateway) handleSnapshotPut(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	err = g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		t, err = sandboxesdomain.SnapshotUploaded(ctx, tx, nodeID, id, sum, r.ContentLength)
-		return err
+	g.recordSnapshot(w, r, func(tx store.Tx) (sandboxesdomain.SnapshotTarget, error) {
+		return sandboxesdomain.SnapshotUploaded(ctx, tx, nodeID, id, sum, r.ContentLength)
+	}, func(w http.ResponseWriter, err error) {
+		agentError(w, http.StatusConflict, string(core.CodeInvalidState), err.Error())
 	})
-	if err != nil {
-		if errors.As(err, new(*core.Error)) {
-			agentError(w, http.StatusConflict, string(core.CodeInvalidState), err.Error())
-			return
-		}
-		agentError(w, http.StatusServiceUnavailable, string(core.CodeUnavailable), "recording the snapshot failed; retry")
-		return
-	}
-	g.signalSandbox(r, t.SandboxID)
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // handleSnapshotFailure takes POST SandboxSnapshotFailurePath + snapshotId:
@@ -97,17 +88,27 @@ func (g *Gateway) handleSnapshotFailure(w http.ResponseWriter, r *http.Request) 
 	ctx := r.Context()
 	id := strings.TrimPrefix(r.URL.Path, protocol.SandboxSnapshotFailurePath)
 	reason, _ := io.ReadAll(io.LimitReader(r.Body, 1024))
+	g.recordSnapshot(w, r, func(tx store.Tx) (sandboxesdomain.SnapshotTarget, error) {
+		return sandboxesdomain.SnapshotFailedOnNode(ctx, tx, nodeID, id, strings.ToValidUTF8(string(reason), "?"))
+	}, func(w http.ResponseWriter, _ error) { snapshotNotFound(w) })
+}
+
+// recordSnapshot runs a node's report of a snapshot in one transaction,
+// then tells its sandbox's workflow and answers 204; a refusal of the
+// domain's is answered by refused, any other failure asks for a retry.
+func (g *Gateway) recordSnapshot(w http.ResponseWriter, r *http.Request, record func(store.Tx) (sandboxesdomain.SnapshotTarget, error),
+	refused func(http.ResponseWriter, error)) {
 	var t sandboxesdomain.SnapshotTarget
-	err := g.deps.Store.InTx(ctx, store.ReadWrite, func(tx store.Tx) (err error) {
-		t, err = sandboxesdomain.SnapshotFailedOnNode(ctx, tx, nodeID, id, strings.ToValidUTF8(string(reason), "?"))
+	err := g.deps.Store.InTx(r.Context(), store.ReadWrite, func(tx store.Tx) (err error) {
+		t, err = record(tx)
 		return err
 	})
 	if err != nil {
 		if errors.As(err, new(*core.Error)) {
-			snapshotNotFound(w)
+			refused(w, err)
 			return
 		}
-		agentError(w, http.StatusServiceUnavailable, string(core.CodeUnavailable), "recording the failure failed; retry")
+		agentError(w, http.StatusServiceUnavailable, string(core.CodeUnavailable), "recording the snapshot failed; retry")
 		return
 	}
 	g.signalSandbox(r, t.SandboxID)

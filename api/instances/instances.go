@@ -166,18 +166,12 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 }
 
 // secretsDecision is the create's further decision when userData is a
-// secret:// reference: compute:secrets:manage on the tenant, and in the
-// root tenant on the fleet too.
+// secret:// reference (rpc.Deps.SecretsDecision).
 func (m methods) secretsDecision(c *rpc.Call, in CreateInput) []rpc.Requirement {
 	if !domain.IsSecretRef(in.UserData) {
 		return nil
 	}
-	const action = "compute:secrets:manage"
-	out := []rpc.Requirement{{Action: action, Resource: m.d.Resource("tenant", c.TenantID)}}
-	if c.TenantID == m.d.RootTenant {
-		out = append(out, rpc.Requirement{Action: action, Resource: m.d.Resource("fleet", core.FleetID)})
-	}
-	return out
+	return m.d.SecretsDecision(c.TenantID)
 }
 
 // started starts the admitted instance's workflow (after the commit and

@@ -134,6 +134,19 @@ func (d Deps) Resource(typ, id string) iam.Resource {
 	return iam.Resource{Type: d.Catalog.FullName(typ), ID: id}
 }
 
+// SecretsDecision is the further decision of a call that hands the
+// tenant's secrets to what it makes (a secret:// reference):
+// compute:secrets:manage on the tenant, and in the root tenant on the
+// fleet too.
+func (d Deps) SecretsDecision(tenantID string) []Requirement {
+	const action = "compute:secrets:manage"
+	out := []Requirement{{Action: action, Resource: d.Resource("tenant", tenantID)}}
+	if tenantID == d.RootTenant {
+		out = append(out, Requirement{Action: action, Resource: d.Resource("fleet", core.FleetID)})
+	}
+	return out
+}
+
 // Domain builds a domain's descriptors from the process's dependencies.
 type Domain func(Deps) []Descriptor
 

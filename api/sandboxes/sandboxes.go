@@ -377,25 +377,13 @@ func (m methods) signal(ctx context.Context, out Sandbox) (Sandbox, error) {
 	return out, nil
 }
 
-// secretsDecision is compute:secrets:manage on the tenant, and in the root
-// tenant on the fleet too: a template that names secrets hands them to
-// whatever its guests run.
-func (m methods) secretsDecision(c *rpc.Call) []rpc.Requirement {
-	const action = "compute:secrets:manage"
-	out := []rpc.Requirement{{Action: action, Resource: m.d.Resource("tenant", c.TenantID)}}
-	if c.TenantID == m.d.RootTenant {
-		out = append(out, rpc.Requirement{Action: action, Resource: m.d.Resource("fleet", core.FleetID)})
-	}
-	return out
-}
-
 // createTemplateDecisions are sandboxTemplates.create's further
 // decisions: the secrets decision when its env names secrets, then each
 // volume's.
 func (m methods) createTemplateDecisions(ctx context.Context, c *rpc.Call, tx store.Tx, in TemplateInput) ([]rpc.Requirement, error) {
 	var out []rpc.Requirement
 	if domain.NamesSecrets(in.Env) {
-		out = m.secretsDecision(c)
+		out = m.d.SecretsDecision(c.TenantID)
 	}
 	volumes, err := m.createVolumeDecisions(ctx, c, tx, in)
 	return append(out, volumes...), err
@@ -418,7 +406,7 @@ func (m methods) updateTemplateDecisions(ctx context.Context, c *rpc.Call, tx st
 		}
 		changed := (in.Env != nil && !maps.Equal(*in.Env, t.Env)) || guestChanges(t, in)
 		if domain.NamesSecrets(env) && changed {
-			out = m.secretsDecision(c)
+			out = m.d.SecretsDecision(c.TenantID)
 		}
 	}
 	volumes, err := m.updateVolumeDecisions(ctx, c, tx, in)

@@ -190,7 +190,7 @@ func Draft(ctx context.Context, tx store.Tx, types Types, tenantID, draftID, own
 		return store.AuthzResource{}, err
 	}
 	if in.FromSnapshot != "" {
-		if _, err := restoreSource(ctx, tx, tenantID, in.FromSnapshot, t); err != nil {
+		if err := restoreSource(ctx, tx, tenantID, in.FromSnapshot, t); err != nil {
 			return store.AuthzResource{}, err
 		}
 	}
@@ -403,9 +403,8 @@ func ttlEnd(ctx context.Context, tx store.Tx, s row, snapshotType string) error 
 		return err
 	}
 	if action == string(coresandboxes.TTLSnapshot) && runnable(s) == nil {
-		var busy bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sandbox_snapshots WHERE sandbox_id = $1 AND state = 'creating')`, s.ID).
-			Scan(&busy); err != nil {
+		busy, err := snapshotting(ctx, tx, s.ID)
+		if err != nil {
 			return err
 		}
 		if !busy {

@@ -133,9 +133,8 @@ func takeSnapshot(ctx context.Context, tx store.Tx, typ string, s row, id string
 		return Snapshot{}, core.Errorf(core.CodeInvalidInput, "a memory snapshot needs the gvisor runtime; sandbox %s runs %s", s.ID, s.Runtime).
 			WithDetails(map[string]any{"field": "includeMemory", "reason": "runtime", "runtime": s.Runtime})
 	}
-	var busy bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sandbox_snapshots WHERE sandbox_id = $1 AND state = 'creating')`, s.ID).
-		Scan(&busy); err != nil {
+	busy, err := snapshotting(ctx, tx, s.ID)
+	if err != nil {
 		return Snapshot{}, err
 	}
 	if busy {
@@ -160,6 +159,14 @@ func takeSnapshot(ctx context.Context, tx store.Tx, typ string, s row, id string
 		return Snapshot{}, err
 	}
 	return GetSnapshot(ctx, tx, s.TenantID, id)
+}
+
+// snapshotting says whether a snapshot of the sandbox is being taken.
+func snapshotting(ctx context.Context, tx store.Tx, sandboxID string) (bool, error) {
+	var busy bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sandbox_snapshots WHERE sandbox_id = $1 AND state = 'creating')`, sandboxID).
+		Scan(&busy)
+	return busy, err
 }
 
 // SnapshotTarget is a creating snapshot as its node uploads it.
@@ -321,28 +328,28 @@ func DeleteSnapshot(ctx context.Context, tx store.Tx, typ, tenantID, id string) 
 // fromSnapshot, reason template), of t's runtime (reason runtimeChanged),
 // and t's image still available (reason imageGone): a restore that cannot
 // run is refused before anything starts.
-func restoreSource(ctx context.Context, tx store.Tx, tenantID, id string, t Template) (Snapshot, error) {
+func restoreSource(ctx context.Context, tx store.Tx, tenantID, id string, t Template) error {
 	s, err := GetSnapshot(ctx, tx, tenantID, id)
 	if err != nil {
-		return Snapshot{}, err
+		return err
 	}
 	bad := func(reason, format string, args ...any) error {
 		return core.Errorf(core.CodeInvalidState, format, args...).WithDetails(map[string]any{"field": "fromSnapshot", "reason": reason})
 	}
 	switch {
 	case s.State != SnapshotReady:
-		return Snapshot{}, bad("state", "sandbox snapshot %s is %s", id, s.State)
+		return bad("state", "sandbox snapshot %s is %s", id, s.State)
 	case s.TemplateID != t.ID:
-		return Snapshot{}, core.Errorf(core.CodeInvalidInput, "sandbox snapshot %s was taken of a sandbox of template %s, not %s", id, s.TemplateID, t.ID).
+		return core.Errorf(core.CodeInvalidInput, "sandbox snapshot %s was taken of a sandbox of template %s, not %s", id, s.TemplateID, t.ID).
 			WithDetails(map[string]any{"field": "templateId", "reason": "snapshotTemplate", "snapshotTemplateId": s.TemplateID})
 	case s.Runtime != t.Runtime:
-		return Snapshot{}, bad("runtimeChanged", "sandbox snapshot %s was taken under %s; template %s now runs %s", id, s.Runtime, t.ID, t.Runtime)
+		return bad("runtimeChanged", "sandbox snapshot %s was taken under %s; template %s now runs %s", id, s.Runtime, t.ID, t.Runtime)
 	}
 	im, err := images.Get(ctx, tx, tenantID, t.ImageID)
 	if err != nil || im.State != coreimages.StateAvailable {
-		return Snapshot{}, bad("imageGone", "template %s's image %s is gone", t.ID, t.ImageID)
+		return bad("imageGone", "template %s's image %s is gone", t.ID, t.ImageID)
 	}
-	return s, nil
+	return nil
 }
 
 // Blob is a snapshot's bytes in the blob store.
