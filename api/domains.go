@@ -15,6 +15,7 @@ import (
 	"github.com/better-compute/better-compute/api/projects"
 	"github.com/better-compute/better-compute/api/provideraccounts"
 	"github.com/better-compute/better-compute/api/reservations"
+	"github.com/better-compute/better-compute/api/rollouts"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/api/secrets"
@@ -49,4 +50,5 @@ var Domains = []rpc.Domain{
 	instances.Methods,
 	cloudresources.Methods,
 	sandboxes.Methods,
+	rollouts.Methods,
 }

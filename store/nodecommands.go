@@ -33,10 +33,11 @@ const (
 	CommandCDIWithdraw      = string(protocol.CommandCDIWithdraw)
 	CommandInventoryRefresh = string(protocol.CommandInventoryRefresh)
 	CommandReboot           = string(protocol.CommandReboot)
+	CommandAgentUpdate      = string(protocol.CommandAgentUpdate)
 )
 
 // CommandKinds are every kind, as the table's CHECK lists them.
-var CommandKinds = []string{CommandExec, CommandCDIExpose, CommandCDIWithdraw, CommandInventoryRefresh, CommandReboot}
+var CommandKinds = []string{CommandExec, CommandCDIExpose, CommandCDIWithdraw, CommandInventoryRefresh, CommandReboot, CommandAgentUpdate}
 
 // Node command states: the protocol's, as the column holds them.
 const (
@@ -339,4 +340,15 @@ func GPUIndexes(ctx context.Context, tx Tx, nodeID string, deviceIDs []string) (
 		out[i] = n
 	}
 	return out, nil
+}
+
+// NodeCommandBySeq reads the node's command seq; a missing one is
+// NOT_FOUND.
+func NodeCommandBySeq(ctx context.Context, tx Tx, nodeID string, seq int64) (NodeCommand, error) {
+	c, err := scanNodeCommand(tx.QueryRow(ctx, `SELECT `+nodeCommandColumns+` FROM node_commands c
+		WHERE c.node_id = $1 AND c.seq = $2`, nodeID, seq))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return NodeCommand{}, core.Errorf(core.CodeNotFound, "node %s has no command %d", nodeID, seq)
+	}
+	return c, err
 }

@@ -14,6 +14,7 @@ import (
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
+	rolloutsact "github.com/better-compute/better-compute/activities/rollouts"
 	sandboxesact "github.com/better-compute/better-compute/activities/sandboxes"
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
@@ -27,6 +28,7 @@ import (
 	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
 	"github.com/better-compute/better-compute/workflows/nodes"
 	"github.com/better-compute/better-compute/workflows/reservations"
+	"github.com/better-compute/better-compute/workflows/rollouts"
 	"github.com/better-compute/better-compute/workflows/sandboxes"
 	"github.com/better-compute/better-compute/workflows/sites"
 )
@@ -86,6 +88,7 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 			p.ConvergingEvery, p.SettledEvery = tuning.ConvergingEvery, tuning.SettledEvery
 			return cloudresourcesact.StartResource(ctx, c, ControlPlaneQueue, p)
 		}})
+	rollouts.Register(r, &rolloutsact.Rollouts{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
 	sandboxes.Register(r, &sandboxesact.Sandboxes{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue,
 		SandboxType:  catalogOf(deps).FullName(coresandboxes.ResourceType),
 		SnapshotType: catalogOf(deps).FullName(coresandboxes.SnapshotResourceType), Blobs: deps.Blobs})
@@ -123,6 +126,9 @@ func EnsureSchedules(ctx context.Context, c client.Client) error {
 		return err
 	}
 	if err := instances.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	if err := rollouts.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
 		return err
 	}
 	if err := cloudresources.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {

@@ -17,7 +17,7 @@ func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	r := temporaltest.NewRegistry()
 	registerControlPlane(r, nil, Deps{})
 	wantWorkflows := []string{"CloudResourceWorkflow", "HealthCheck", "InstanceWorkflow", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
-		"ReconcileCloudResourcesWorkflow", "ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReconcileSandboxesWorkflow", "ReservationWorkflow", "SandboxWarmPoolWorkflow", "SandboxWorkflow", "SiteHealthWorkflow"}
+		"ReconcileCloudResourcesWorkflow", "ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReconcileRolloutsWorkflow", "ReconcileSandboxesWorkflow", "ReservationWorkflow", "RolloutWorkflow", "SandboxWarmPoolWorkflow", "SandboxWorkflow", "SiteHealthWorkflow"}
 	if got := slices.Sorted(slices.Values(r.Workflows)); !slices.Equal(got, wantWorkflows) {
 		t.Errorf("workflows = %q, want %q", got, wantWorkflows)
 	}
@@ -28,7 +28,7 @@ func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 		"MetalNewBoot", "MetalNodeCommand", "MetalReconcile", "MetalRevokeIdentities", "MetalSetPower", "MetalSetStep", "MetalStartNode",
 		"NodeDrainStep", "NodeMarkDrained", "ReservationBind",
 		"ReservationBindStatus", "ReservationExpire", "ReservationFailBinding", "ReservationMarkActive",
-		"ReservationRelease", "ReservationReleaseLapsed", "ReservationState", "ReservationsReconcile", "SandboxStep", "SandboxWarmPoolTopUp", "SandboxesReconcile"}
+		"ReservationRelease", "ReservationReleaseLapsed", "ReservationState", "ReservationsReconcile", "RolloutStep", "RolloutsReconcile", "SandboxStep", "SandboxWarmPoolTopUp", "SandboxesReconcile"}
 	if got := slices.Sorted(slices.Values(r.Activities)); !slices.Equal(got, wantActivities) {
 		t.Errorf("activities = %q, want %q", got, wantActivities)
 	}

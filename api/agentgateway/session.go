@@ -48,6 +48,7 @@ func (g *Gateway) SessionHandler() http.Handler {
 	mux.HandleFunc("POST "+protocol.SessionPath, g.handleSession)
 	mux.HandleFunc("POST "+protocol.TunnelPath+"{tunnelId}", g.handleTunnel)
 	mux.HandleFunc("GET "+protocol.InstanceImagePath, g.handleInstanceImage)
+	mux.HandleFunc("GET "+protocol.ReleaseArtifactPath, g.handleReleaseArtifact)
 	mux.HandleFunc("GET "+protocol.InstanceUserDataPath, g.handleInstanceUserData)
 	mux.HandleFunc("GET "+protocol.InstanceEnvPath, g.handleInstanceEnv)
 	mux.HandleFunc("GET "+protocol.SandboxSnapshotPath, g.handleSnapshotGet)

@@ -47,7 +47,7 @@ type RegisterInput struct {
 	Scope     string `json:"scope,omitempty" jsonschema:"enum=tenant,enum=fleet" jsonschema_description:"tenant (the default): the tenant's own image, decided on compute-tenant; fleet: the platform's, in the root tenant, decided on compute-fleet."`
 	Name      string `json:"name" jsonschema:"required,maxLength=64,pattern=^[a-z0-9]([a-z0-9._-]{0\\,62}[a-z0-9])?$"`
 	Version   string `json:"version" jsonschema:"required,maxLength=64,pattern=^[A-Za-z0-9]([A-Za-z0-9._+-]{0\\,62}[A-Za-z0-9])?$"`
-	Format    string `json:"format" jsonschema:"required,enum=raw,enum=qcow2,enum=iso"`
+	Format    string `json:"format" jsonschema:"required,enum=raw,enum=qcow2,enum=iso,enum=binary"`
 	SHA256    string `json:"sha256" jsonschema:"required,pattern=^[0-9a-f]{64}$" jsonschema_description:"The SHA-256 of the bytes, 64 lower-case hex digits."`
 	SizeBytes int64  `json:"sizeBytes" jsonschema:"required,minimum=0"`
 	// Signature is public: an armored SSH signature over the bytes.

@@ -13,10 +13,13 @@ const (
 	FormatRaw   = "raw"
 	FormatQCOW2 = "qcow2"
 	FormatISO   = "iso"
+	// FormatBinary is a plain executable: a release's bcd build
+	// (docs/rollouts.md).
+	FormatBinary = "binary"
 )
 
 // Formats lists every format.
-var Formats = []string{FormatRaw, FormatQCOW2, FormatISO}
+var Formats = []string{FormatRaw, FormatQCOW2, FormatISO, FormatBinary}
 
 // Visibilities of an image (the IAM attribute visibility).
 const (

@@ -148,3 +148,14 @@ func (m *Images) authzRow(im coreimages.Image) store.AuthzResource {
 func (m *Images) putAuthz(ctx context.Context, tx store.Tx, im coreimages.Image) error {
 	return store.PutAuthzResource(ctx, tx, m.authzRow(im))
 }
+
+// Signature answers the armored signature text of the tenant's image id
+// (public: what an agent checks the bytes against).
+func Signature(ctx context.Context, tx store.DBTX, tenantID, id string) (string, error) {
+	var sig string
+	err := tx.QueryRow(ctx, `SELECT signature FROM images WHERE id = $1 AND tenant_id = $2`, id, tenantID).Scan(&sig)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", NotFound(id)
+	}
+	return sig, err
+}

@@ -54,23 +54,14 @@ func Drain(ctx context.Context, tx store.Tx, tenantID, id, mode, by string) (Nod
 	if err != nil {
 		return Node{}, err
 	}
-	var total, draining int
-	if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE drain_state = 'draining')
-		FROM nodes WHERE pool_id = $1 AND deleted_at IS NULL`, n.PoolID).Scan(&total, &draining); err != nil {
+	b, err := DrainBudget(ctx, tx, pool)
+	if err != nil {
 		return Node{}, err
 	}
-	budget := policy.DefaultDisruptionBudget
-	if pool.Policy.DisruptionBudget != nil {
-		budget = *pool.Policy.DisruptionBudget
-	}
-	allowed := int(math.Floor(budget * float64(total)))
-	if budget > 0 && allowed < 1 {
-		allowed = 1
-	}
-	if draining+1 > allowed {
+	if b.Draining+1 > b.Allowed {
 		return Node{}, core.Errorf(core.CodeInvalidState, "pool %s's disruption budget (%g of %d nodes) allows %d draining nodes, and %d are",
-			pool.ID, budget, total, allowed, draining).
-			WithDetails(map[string]any{"reason": "disruptionBudget", "limit": allowed, "draining": draining})
+			pool.ID, b.Budget, b.Total, b.Allowed, b.Draining).
+			WithDetails(map[string]any{"reason": "disruptionBudget", "limit": b.Allowed, "draining": b.Draining})
 	}
 	if _, err := tx.Exec(ctx, `UPDATE nodes SET cordoned = true, drain_state = 'draining', drain_mode = $2,
 			drain_requested_at = now(), generation = generation + 1, updated_at = now() WHERE id = $1`, n.ID, mode); err != nil {
@@ -81,6 +72,33 @@ func Drain(ctx context.Context, tx store.Tx, tenantID, id, mode, by string) (Nod
 		return Node{}, err
 	}
 	return Get(ctx, tx, tenantID, n.ID, false)
+}
+
+// Budget is a pool's disruption budget as a drain reads it: the share,
+// the pool's live nodes, how many may drain at once (floor(budget ×
+// nodes), at least one when the budget is above zero) and how many are
+// draining now.
+type Budget struct {
+	Budget                   float64
+	Total, Allowed, Draining int
+}
+
+// DrainBudget reads the pool's Budget.
+func DrainBudget(ctx context.Context, tx store.Tx, pool pools.Pool) (Budget, error) {
+	var b Budget
+	if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE drain_state = 'draining')
+		FROM nodes WHERE pool_id = $1 AND deleted_at IS NULL`, pool.ID).Scan(&b.Total, &b.Draining); err != nil {
+		return Budget{}, err
+	}
+	b.Budget = policy.DefaultDisruptionBudget
+	if pool.Policy.DisruptionBudget != nil {
+		b.Budget = *pool.Policy.DisruptionBudget
+	}
+	b.Allowed = int(math.Floor(b.Budget * float64(b.Total)))
+	if b.Budget > 0 && b.Allowed < 1 {
+		b.Allowed = 1
+	}
+	return b, nil
 }
 
 // IsDraining reports whether the tenant's node is draining (false when it
