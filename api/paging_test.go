@@ -37,6 +37,8 @@ type pagingCase struct {
 	insert func(first, n int) []string
 	// itemKey names an answered item; its "id" when nil.
 	itemKey func(item map[string]any) string
+	// token is the caller's; the acme admin's when "".
+	token string
 }
 
 // isList reports whether a served method answers a list: named *.list, run
@@ -437,6 +439,28 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"releases.list": {input: map[string]any{"tenantId": api.DefaultRootTenant}, token: e.boot.AdminToken,
+			insert: func(first, n int) []string {
+				ids := pagingIDs("rel", first, n)
+				if _, err := e.store.Pool.Exec(ctx, `INSERT INTO releases (id, tenant_id, name, version, kind, artifacts, agent_version, created_by)
+				SELECT id, $2, 'bcd', id, 'bcd', '[]', 'bcd/x', 'idn_x' FROM unnest($1::text[]) id`, ids, api.DefaultRootTenant); err != nil {
+					t.Fatal(err)
+				}
+				return ids
+			}},
+		"rollouts.list": {input: map[string]any{"tenantId": api.DefaultRootTenant}, token: e.boot.AdminToken,
+			insert: func(first, n int) []string {
+				ids := pagingIDs("rollout", first, n)
+				if _, err := e.store.Pool.Exec(ctx, `INSERT INTO releases (id, tenant_id, name, version, kind, artifacts, agent_version, created_by)
+				VALUES ('rel_pg', $1, 'bcd', 'pg', 'bcd', '[]', 'bcd/x', 'idn_x') ON CONFLICT DO NOTHING`, api.DefaultRootTenant); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.store.Pool.Exec(ctx, `INSERT INTO rollouts (id, tenant_id, release_id, pool_id, state, waves, node_timeout_s, created_by)
+				SELECT id, $2, 'rel_pg', $3, 'aborted', 1, 60, 'idn_x' FROM unnest($1::text[]) id`, ids, api.DefaultRootTenant, pool.ID); err != nil {
+					t.Fatal(err)
+				}
+				return ids
+			}},
 		"images.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
 			ids := pagingIDs("img", first, n)
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO images (id, tenant_id, name, version, format, sha256, size_bytes, created_by)
@@ -508,7 +532,11 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 					t.Fatalf("%s has no paging case: add one", info.Name)
 				}
 				e.t = t
-				e.pageThrough(t, admin, info.Name, tc)
+				token := admin
+				if tc.token != "" {
+					token = tc.token
+				}
+				e.pageThrough(t, token, info.Name, tc)
 			})
 		}
 	}

@@ -67,7 +67,7 @@ type Selection struct {
 
 // AcceptanceInput is the check run on each updated node.
 type AcceptanceInput struct {
-	Argv           []string `json:"argv" jsonschema:"required,minItems=1,maxItems=64"`
+	Argv           []string `json:"argv,omitempty" jsonschema:"maxItems=64" jsonschema_description:"argv run directly (no shell); required."`
 	TimeoutSeconds int64    `json:"timeoutSeconds,omitempty" jsonschema:"minimum=1,maximum=3600"`
 }
 

@@ -112,6 +112,10 @@ type CreateRequest struct {
 // (reason emptySelection or disruptionBudget): such a rollout could never
 // move.
 func Create(ctx context.Context, tx store.Tx, p CreateRequest) (Rollout, error) {
+	if p.Acceptance != nil && (len(p.Acceptance.Argv) == 0 || p.Acceptance.Argv[0] == "") {
+		return Rollout{}, core.Errorf(core.CodeInvalidInput, "acceptanceCommand.argv names the command to run").
+			WithDetails(map[string]any{"field": "acceptanceCommand.argv", "reason": "required"})
+	}
 	if _, err := GetRelease(ctx, tx, p.ReleaseID); err != nil {
 		return Rollout{}, err
 	}
