@@ -74,7 +74,8 @@ type rolloutRow struct {
 // release's agentVersion, the acceptance command exited 0) and uncordons
 // them; a node past its deadline fails; a wave whose failed share exceeds
 // the threshold pauses the rollout (pausedOnFailure), and a finished wave
-// moves it on. An aborting rollout skips its pending nodes, ends its
+// moves it on. A paused rollout (by the operator or on failure) lets
+// the nodes in flight finish and starts none. An aborting rollout skips its pending nodes, ends its
 // drains, waits for its updates in flight, rolls back when asked, and is
 // then aborted. The rollout's tenant is the platform's (whose images and
 // signers a release uses); by names the caller in node events.
@@ -83,13 +84,8 @@ func Step(ctx context.Context, tx store.Tx, id, by string) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, err
 	}
-	res := StepResult{State: o.State, Wave: o.Wave}
-	switch o.State {
-	case corerollouts.Paused, corerollouts.PausedOnFailure:
-		return res, nil
-	case corerollouts.Aborted, corerollouts.Succeeded:
-		res.Done = true
-		return res, nil
+	if o.State == corerollouts.Aborted || o.State == corerollouts.Succeeded {
+		return StepResult{State: o.State, Wave: o.Wave, Done: true}, nil
 	}
 	rel, err := GetRelease(ctx, tx, o.ReleaseID)
 	if err != nil {
@@ -345,10 +341,12 @@ func (s *stepper) run(ctx context.Context) (StepResult, error) {
 			flying++
 		}
 	}
+	// A paused rollout lets the nodes in flight finish, and starts none.
+	paused := s.o.State != corerollouts.Running
 	for i := range rows {
 		r := &rows[i]
 		was := inFlight(r.State)
-		if err := s.advance(ctx, r, flying < b.Allowed, true); err != nil {
+		if err := s.advance(ctx, r, !paused && flying < b.Allowed, true); err != nil {
 			return StepResult{}, fmt.Errorf("rollouts: %s node %s: %w", s.o.ID, r.NodeID, err)
 		}
 		if now := inFlight(r.State); now != was {
@@ -369,6 +367,9 @@ func (s *stepper) run(ctx context.Context) (StepResult, error) {
 		if corerollouts.NodeDone(r.State) {
 			done++
 		}
+	}
+	if paused {
+		return s.res, nil
 	}
 	if float64(failed-s.o.ResumedFailed) > s.o.Threshold*float64(len(rows)) {
 		s.res.State = corerollouts.PausedOnFailure
