@@ -273,6 +273,11 @@ func (s *stepper) advance(ctx context.Context, r *stepRow, start, accept bool) e
 			return s.set(ctx, r, corerollouts.NodeFailed, "the node's drain was ended (uncordoned) before the update", nil)
 		case r.Late:
 			return s.set(ctx, r, corerollouts.NodeFailed, fmt.Sprintf("the node did not drain within %s", s.o.Timeout), nil)
+		default:
+			// Started again each step (a running drain is kept): a worker
+			// killed between the drain's commit and its workflow's start
+			// does not strand the node.
+			s.res.Drains = append(s.res.Drains, DrainStart{TenantID: *r.TenantID, NodeID: r.NodeID})
 		}
 	case corerollouts.NodeUpdating:
 		c, err := s.command(ctx, r)
