@@ -490,3 +490,41 @@ func TestRolloutBudgetImpossible(t *testing.T) {
 		t.Fatalf("%d rollouts recorded, %v", n, err)
 	}
 }
+
+// TestRolloutResumesAfterItsWorkflowIsTerminated: a rollout whose workflow
+// is terminated mid-wave is started again by the reconciler and finishes
+// from its rows, updating no node twice.
+func TestRolloutResumesAfterItsWorkflowIsTerminated(t *testing.T) {
+	re := newRolloutEnv(t)
+	ctx := context.Background()
+	c := re.client(re.boot.AdminToken)
+	root := api.DefaultRootTenant
+	rel := re.release("0.2.0", re.fleetBinary("bcd-build", []byte("a bcd build"), true))
+	stop := re.runAgents(nil)
+	defer stop()
+	o, err := rollouts.Create.Call(ctx, c, rollouts.CreateInput{TenantID: root, ReleaseID: rel.ID,
+		Selection: rollouts.Selection{PoolID: re.pool.ID}, NodeTimeoutSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the first node updated", func() bool {
+		return re.get(o.ID).Counts[corerollouts.NodeSucceeded] >= 1
+	})
+	if err := re.tc.TerminateWorkflow(ctx, o.ID, "", "test: the worker lost it"); err != nil {
+		t.Fatal(err)
+	}
+	mid := re.get(o.ID)
+	if mid.State != corerollouts.Running || mid.Counts[corerollouts.NodeSucceeded] == len(re.nodes) {
+		t.Fatalf("after the termination: %+v", mid)
+	}
+	n, err := (&rolloutsact.Rollouts{Store: re.store, Temporal: re.tc, TaskQueue: "rollouts-test"}).ReconcileRollouts(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("reconcile: %d %v", n, err)
+	}
+	re.waitState(o.ID, corerollouts.Succeeded)
+	for _, n := range re.nodes {
+		if got, v := re.updates(n.ID), re.agentVersion(n.ID); got != 1 || v != "bcd/0.2.0" {
+			t.Fatalf("node %s: %d agent.update commands, version %q", n.ID, got, v)
+		}
+	}
+}
