@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	fleetact "github.com/better-compute/better-compute/activities/fleet"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
@@ -89,6 +91,28 @@ func rootOnly(d rpc.Deps, c *rpc.Call) error {
 // Methods describes the fleet.* methods.
 func Methods(d rpc.Deps) []rpc.Descriptor {
 	schema, schemaErr := doc.Schema()
+	makePlan := func(ctx context.Context, c *rpc.Call, tx store.Tx, in PlanInput) (Plan, error) {
+		if err := rootOnly(d, c); err != nil {
+			return Plan{}, err
+		}
+		if schemaErr != nil {
+			return Plan{}, fmt.Errorf("fleet schema: %w", schemaErr)
+		}
+		want, err := doc.Parse(schema, in.Document)
+		if err != nil {
+			return Plan{}, err
+		}
+		live, err := domain.ReadLive(ctx, tx, c.TenantID)
+		if err != nil {
+			return Plan{}, err
+		}
+		changes := doc.Diff(live, want)
+		if refused := doc.Refused(changes); len(refused) > 0 {
+			return Plan{}, core.Errorf(core.CodeInvalidState, "%d changes cannot be applied", len(refused)).
+				WithDetails(map[string]any{"refused": jsonValue(refused)})
+		}
+		return domain.SavePlan(ctx, tx, c.TenantID, c.Caller.IdentityID, doc.Digest(live.Document), want, changes)
+	}
 	return []rpc.Descriptor{
 		&rpc.Method[ExportInput, Export]{Name: ExportMethod, Action: "compute:fleet:admin", DecidedOn: "compute-fleet",
 			Phase: "v0.2", Kind: core.KindRead,
@@ -101,30 +125,18 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			}},
 		// A plan with a change that cannot be applied is refused whole
 		// (INVALID_STATE, details.refused), so a stored plan always applies.
+		// The table makes it a read (it changes no resource); the plan it
+		// stores is written in a transaction of its own.
 		&rpc.Method[PlanInput, Plan]{Name: PlanMethod, Action: "compute:fleet:admin", DecidedOn: "compute-fleet",
-			Phase: "v0.2", Kind: core.KindMutation,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in PlanInput) (Plan, error) {
-				if err := rootOnly(d, c); err != nil {
-					return Plan{}, err
-				}
-				if schemaErr != nil {
-					return Plan{}, fmt.Errorf("fleet schema: %w", schemaErr)
-				}
-				want, err := doc.Parse(schema, in.Document)
-				if err != nil {
-					return Plan{}, err
-				}
-				live, err := domain.ReadLive(ctx, tx, c.TenantID)
-				if err != nil {
-					return Plan{}, err
-				}
-				changes := doc.Diff(live, want)
-				if refused := doc.Refused(changes); len(refused) > 0 {
-					return Plan{}, core.Errorf(core.CodeInvalidState, "%d changes cannot be applied", len(refused)).
-						WithDetails(map[string]any{"refused": jsonValue(refused)})
-				}
-				return domain.SavePlan(ctx, tx, c.TenantID, c.Caller.IdentityID, doc.Digest(live.Document), want, changes)
+			Phase: "v0.2", Kind: core.KindRead,
+			Direct: func(ctx context.Context, c *rpc.Call, in PlanInput) (plan Plan, err error) {
+				err = d.Store.InTx(ctx, pgx.TxOptions{}, func(tx store.Tx) (err error) {
+					plan, err = makePlan(ctx, c, tx, in)
+					return err
+				})
+				return plan, err
 			}},
+
 		// The apply row is the workflow's outbox: the workflow (id = the
 		// apply id) is started once it commits, and applies what its rows
 		// say is pending.

@@ -97,7 +97,8 @@ type Live struct {
 func Schema() (*core.Schema, error) { return core.SchemaFor(reflect.TypeOf(Document{})) }
 
 // Parse reads a YAML or JSON document and checks it against schema: an
-// invalid one is INVALID_INPUT naming the field.
+// invalid one is INVALID_INPUT naming the field by its path under the
+// input's document field (document.pools.0.gpuMemoryGb).
 func Parse(schema *core.Schema, text string) (Document, error) {
 	raw, err := yaml.YAMLToJSON([]byte(text))
 	if err != nil {
@@ -105,6 +106,10 @@ func Parse(schema *core.Schema, text string) (Document, error) {
 			WithDetails(map[string]any{"field": "document", "reason": "syntax"})
 	}
 	if e := schema.Validate(raw); e != nil {
+		// The document is the input's field: its paths are under it.
+		if f, ok := e.Details["field"].(string); ok {
+			return Document{}, e.WithDetails(map[string]any{"field": "document." + f})
+		}
 		return Document{}, e
 	}
 	var d Document
@@ -121,25 +126,25 @@ func check(d Document) error {
 	sites := map[string]bool{}
 	for i, s := range d.Sites {
 		if sites[s.Name] {
-			return invalid(fmt.Sprintf("sites/%d/name", i), "unique", "site %s is declared twice", s.Name)
+			return invalid(fmt.Sprintf("document.sites.%d.name", i), "unique", "site %s is declared twice", s.Name)
 		}
 		sites[s.Name] = true
 	}
 	pools := map[string]bool{}
 	for i, p := range d.Pools {
 		if pools[p.Name] {
-			return invalid(fmt.Sprintf("pools/%d/name", i), "unique", "pool %s is declared twice", p.Name)
+			return invalid(fmt.Sprintf("document.pools.%d.name", i), "unique", "pool %s is declared twice", p.Name)
 		}
 		pools[p.Name] = true
 		if !sites[p.Site] {
-			return invalid(fmt.Sprintf("pools/%d/site", i), "unknown", "pool %s: site %s is not declared", p.Name, p.Site)
+			return invalid(fmt.Sprintf("document.pools.%d.site", i), "unknown", "pool %s: site %s is not declared", p.Name, p.Site)
 		}
 		if err := policy.CheckGPUModel(p.GPUModel); err != nil {
-			return invalid(fmt.Sprintf("pools/%d/gpuModel", i), "unknown", "pool %s: %v", p.Name, err)
+			return invalid(fmt.Sprintf("document.pools.%d.gpuModel", i), "unknown", "pool %s: %v", p.Name, err)
 		}
 		if p.Policy != nil {
 			if _, err := policy.Validate(p.Policy, p.Sharing); err != nil {
-				return invalid(fmt.Sprintf("pools/%d/policy", i), "invalid", "pool %s: %v", p.Name, err)
+				return invalid(fmt.Sprintf("document.pools.%d.policy", i), "invalid", "pool %s: %v", p.Name, err)
 			}
 		}
 	}
