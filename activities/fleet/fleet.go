@@ -38,8 +38,8 @@ func (f *Fleet) types() domain.Types {
 	return domain.Types{Site: f.Catalog.FullName(sites.ResourceType), Pool: f.Catalog.FullName(pools.ResourceType)}
 }
 
-// Pending answers the apply's changes not done yet, in order.
-func (f *Fleet) Pending(ctx context.Context, applyID string) ([]int, error) {
+// FleetPending answers the apply's changes not done yet, in order.
+func (f *Fleet) FleetPending(ctx context.Context, applyID string) ([]int, error) {
 	var out []int
 	err := f.Store.InTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx store.Tx) error {
 		var err error
@@ -49,14 +49,14 @@ func (f *Fleet) Pending(ctx context.Context, applyID string) ([]int, error) {
 	return out, err
 }
 
-// ApplyChange applies one change and marks it done, or answers why the
+// FleetApplyChange applies one change and marks it done, or answers why the
 // domain refused it (the apply is then failed).
-func (f *Fleet) ApplyChange(ctx context.Context, applyID string, seq int) (string, error) {
+func (f *Fleet) FleetApplyChange(ctx context.Context, applyID string, seq int) (string, error) {
 	return domain.ApplyChange(ctx, f.Store, f.types(), applyID, seq)
 }
 
-// Finish marks the apply succeeded once every change is done.
-func (f *Fleet) Finish(ctx context.Context, applyID string) error {
+// FleetFinish marks the apply succeeded once every change is done.
+func (f *Fleet) FleetFinish(ctx context.Context, applyID string) error {
 	return f.Store.InTx(ctx, pgx.TxOptions{}, func(tx store.Tx) error { return domain.Finish(ctx, tx, applyID) })
 }
 

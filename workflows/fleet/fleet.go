@@ -18,9 +18,9 @@ import (
 // persisted names.
 func Register(r worker.Registry, a *activities.Fleet) {
 	r.RegisterWorkflowWithOptions(FleetApplyWorkflow, workflow.RegisterOptions{Name: activities.WorkflowName})
-	r.RegisterActivityWithOptions(a.Pending, activity.RegisterOptions{Name: activities.ActivityPending})
-	r.RegisterActivityWithOptions(a.ApplyChange, activity.RegisterOptions{Name: activities.ActivityChange})
-	r.RegisterActivityWithOptions(a.Finish, activity.RegisterOptions{Name: activities.ActivityFinish})
+	r.RegisterActivityWithOptions(a.FleetPending, activity.RegisterOptions{Name: activities.ActivityPending})
+	r.RegisterActivityWithOptions(a.FleetApplyChange, activity.RegisterOptions{Name: activities.ActivityChange})
+	r.RegisterActivityWithOptions(a.FleetFinish, activity.RegisterOptions{Name: activities.ActivityFinish})
 }
 
 // FleetApplyWorkflow applies the apply's pending changes in order and
@@ -32,17 +32,17 @@ func FleetApplyWorkflow(ctx workflow.Context, applyID string) error {
 	})
 	var a *activities.Fleet
 	var pending []int
-	if err := workflow.ExecuteActivity(ctx, a.Pending, applyID).Get(ctx, &pending); err != nil {
+	if err := workflow.ExecuteActivity(ctx, a.FleetPending, applyID).Get(ctx, &pending); err != nil {
 		return err
 	}
 	for _, seq := range pending {
 		var refused string
-		if err := workflow.ExecuteActivity(ctx, a.ApplyChange, applyID, seq).Get(ctx, &refused); err != nil {
+		if err := workflow.ExecuteActivity(ctx, a.FleetApplyChange, applyID, seq).Get(ctx, &refused); err != nil {
 			return err
 		}
 		if refused != "" {
 			return nil
 		}
 	}
-	return workflow.ExecuteActivity(ctx, a.Finish, applyID).Get(ctx, nil)
+	return workflow.ExecuteActivity(ctx, a.FleetFinish, applyID).Get(ctx, nil)
 }
