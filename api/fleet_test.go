@@ -24,7 +24,7 @@ import (
 
 // fleetEnv is env served with a real Temporal and a worker running the
 // fleet apply workflow.
-func fleetEnv(t *testing.T) *env {
+func fleetEnv(t *testing.T) (*env, client.Client) {
 	ctx := context.Background()
 	e := newEnv(t)
 	ts, err := dtemporal.Start(ctx, dtemporal.Options{})
@@ -53,7 +53,7 @@ func fleetEnv(t *testing.T) *env {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	e.server, e.url = srv, hs.URL
-	return e
+	return e, tc
 }
 
 func fleetJSON(t *testing.T, d fleet.Document) string {
@@ -84,7 +84,7 @@ func waitApply(t *testing.T, c *api.Client, id string) fleet.Apply {
 
 func TestFleetAsCode(t *testing.T) {
 	ctx := context.Background()
-	e := fleetEnv(t)
+	e, tc := fleetEnv(t)
 	c := e.client(e.boot.AdminToken)
 	s := e.site(e.boot.AdminToken, "root", "fra-1", "shared")
 	a := e.pool(e.boot.AdminToken, "root", s.ID, "a")
@@ -142,6 +142,18 @@ pools:
 		if ch.State != "done" {
 			t.Fatalf("change %+v not done", ch)
 		}
+	}
+	// A restarted workflow resumes where the rows say: nothing is left,
+	// so nothing is applied twice.
+	if err := fleetact.Start(ctx, tc, "fleet-test-queue", applied.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if again := waitApply(t, c, applied.ID); again.State != "succeeded" {
+		t.Fatalf("restarted apply = %+v", again)
+	}
+	if list, err := pools.List.Call(ctx, c, pools.ListInput{TenantID: "root"}); err != nil || len(list.Items) != 2 {
+		t.Fatalf("after a restart: %+v, %v", list, err)
 	}
 	// Applying again is stale: the live state moved on.
 	if _, err := fleet.ApplyMethod.Call(ctx, c, fleet.ApplyInput{TenantID: "root", PlanID: plan.ID, Digest: plan.Digest}); codeOf(err) != core.CodeConflict {
