@@ -91,6 +91,9 @@ type Live struct {
 	PoolIDs  map[string]string
 	// Busy names pools that hold live reservations: they cannot be deleted.
 	Busy map[string]bool
+	// Kept names sites with live pools the document does not hold
+	// (provider pools): they cannot be deleted.
+	Kept map[string]bool
 }
 
 // Schema is the document's JSON Schema, derived from its tags.
@@ -241,7 +244,11 @@ func Diff(live Live, want Document) []Change {
 	}
 	for _, s := range live.Document.Sites {
 		if !wantSites[s.Name] {
-			out = append(out, Change{Op: OpDelete, Kind: KindSite, Name: s.Name, ID: live.SiteIDs[s.Name]})
+			c := Change{Op: OpDelete, Kind: KindSite, Name: s.Name, ID: live.SiteIDs[s.Name]}
+			if live.Kept[s.Name] {
+				c.Refused = "the site has pools the document does not hold (provider pools)"
+			}
+			out = append(out, c)
 		}
 	}
 	return out

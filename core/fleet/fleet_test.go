@@ -16,19 +16,21 @@ func TestDiff(t *testing.T) {
 		name    string
 		want    Document
 		busy    bool
+		kept    bool
 		ops     []string // op kind name
 		refused int
 	}{
-		{"same", Document{Sites: []Site{site}, Pools: []Pool{pool}}, false, nil, 0},
-		{"update", Document{Sites: []Site{site}, Pools: []Pool{with(func(p *Pool) { p.Agent = "none" })}}, false, []string{"update pool a"}, 0},
-		{"immutable", Document{Sites: []Site{site}, Pools: []Pool{with(func(p *Pool) { p.GPUModel = "A100" })}}, false, []string{"update pool a"}, 1},
-		{"delete all", Document{}, false, []string{"delete pool a", "delete site fra-1"}, 0},
-		{"delete busy", Document{Sites: []Site{site}}, true, []string{"delete pool a"}, 1},
+		{"same", Document{Sites: []Site{site}, Pools: []Pool{pool}}, false, false, nil, 0},
+		{"update", Document{Sites: []Site{site}, Pools: []Pool{with(func(p *Pool) { p.Agent = "none" })}}, false, false, []string{"update pool a"}, 0},
+		{"immutable", Document{Sites: []Site{site}, Pools: []Pool{with(func(p *Pool) { p.GPUModel = "A100" })}}, false, false, []string{"update pool a"}, 1},
+		{"delete all", Document{}, false, false, []string{"delete pool a", "delete site fra-1"}, 0},
+		{"delete busy", Document{Sites: []Site{site}}, true, false, []string{"delete pool a"}, 1},
+		{"delete kept site", Document{}, false, true, []string{"delete pool a", "delete site fra-1"}, 1},
 		{"create first", Document{Sites: []Site{site, {Name: "ams-1", Kind: "shared", Region: "eu-west", IAMRegion: "eu-west-1"}},
-			Pools: []Pool{pool, with(func(p *Pool) { p.Name = "b"; p.Site = "ams-1" })}}, false, []string{"create site ams-1", "create pool b"}, 0},
+			Pools: []Pool{pool, with(func(p *Pool) { p.Name = "b"; p.Site = "ams-1" })}}, false, false, []string{"create site ams-1", "create pool b"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			live.Busy["a"] = tc.busy
+			live.Busy["a"], live.Kept = tc.busy, map[string]bool{"fra-1": tc.kept}
 			changes := Diff(live, tc.want)
 			var got []string
 			for _, c := range changes {

@@ -59,9 +59,10 @@ type ChangeState struct {
 // pools are not the document's (their accounts are secrets' business), so
 // they are neither exported nor deleted.
 func ReadLive(ctx context.Context, tx store.Tx, tenantID string) (doc.Live, error) {
-	live := doc.Live{SiteIDs: map[string]string{}, PoolIDs: map[string]string{}, Busy: map[string]bool{}}
-	rows, err := tx.Query(ctx, `SELECT id, name, kind, region, iam_region FROM sites
-		WHERE tenant_id = $1 AND deleted_at IS NULL ORDER BY name`, tenantID)
+	live := doc.Live{SiteIDs: map[string]string{}, PoolIDs: map[string]string{}, Busy: map[string]bool{}, Kept: map[string]bool{}}
+	rows, err := tx.Query(ctx, `SELECT s.id, s.name, s.kind, s.region, s.iam_region, EXISTS (SELECT 1 FROM pools p
+		  WHERE p.site_id = s.id AND p.archived_at IS NULL AND p.class = 'provider')
+		FROM sites s WHERE s.tenant_id = $1 AND s.deleted_at IS NULL ORDER BY s.name`, tenantID)
 	if err != nil {
 		return live, err
 	}
@@ -69,11 +70,12 @@ func ReadLive(ctx context.Context, tx store.Tx, tenantID string) (doc.Live, erro
 	for rows.Next() {
 		var id string
 		var s doc.Site
-		if err := rows.Scan(&id, &s.Name, &s.Kind, &s.Region, &s.IAMRegion); err != nil {
+		var kept bool
+		if err := rows.Scan(&id, &s.Name, &s.Kind, &s.Region, &s.IAMRegion, &kept); err != nil {
 			rows.Close()
 			return live, err
 		}
-		live.SiteIDs[s.Name], siteNames[id] = id, s.Name
+		live.SiteIDs[s.Name], siteNames[id], live.Kept[s.Name] = id, s.Name, kept
 		live.Document.Sites = append(live.Document.Sites, s)
 	}
 	if err := rows.Err(); err != nil {
