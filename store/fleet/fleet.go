@@ -191,12 +191,13 @@ func Pending(ctx context.Context, tx store.Tx, applyID string) ([]int, error) {
 // change and the apply failed and is answered, not returned.
 func ApplyChange(ctx context.Context, s *store.Store, t Types, applyID string, seq int) (failed string, err error) {
 	err = s.InTx(ctx, pgx.TxOptions{}, func(tx store.Tx) error {
-		var tenantID, createdBy, state string
+		var tenantID, createdBy, state, applyState string
 		var c doc.Change
-		err := tx.QueryRow(ctx, `SELECT a.tenant_id, a.created_by, c.state, c.change FROM fleet_apply_changes c
-			JOIN fleet_applies a ON a.id = c.apply_id WHERE c.apply_id = $1 AND c.seq = $2 FOR UPDATE OF c`, applyID, seq).
-			Scan(&tenantID, &createdBy, &state, &c)
-		if err != nil || state != "pending" {
+		err := tx.QueryRow(ctx, `SELECT a.tenant_id, a.created_by, c.state, a.state, c.change FROM fleet_apply_changes c
+			JOIN fleet_applies a ON a.id = c.apply_id WHERE c.apply_id = $1 AND c.seq = $2 FOR UPDATE`, applyID, seq).
+			Scan(&tenantID, &createdBy, &state, &applyState, &c)
+		// Done, or the apply failed: nothing more runs.
+		if err != nil || state != "pending" || applyState != "running" {
 			return err
 		}
 		if err := apply(ctx, tx, t, tenantID, createdBy, c); err != nil {
