@@ -6,6 +6,7 @@ import (
 	"github.com/better-compute/better-compute/api/drivers"
 	"github.com/better-compute/better-compute/api/events"
 	"github.com/better-compute/better-compute/api/flavors"
+	"github.com/better-compute/better-compute/api/fleet"
 	"github.com/better-compute/better-compute/api/images"
 	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/metal"
@@ -49,6 +50,7 @@ var Domains = []rpc.Domain{
 	tunnels.Domain(instancestore.TunnelTarget),
 	instances.Methods,
 	cloudresources.Methods,
+	fleet.Methods,
 	sandboxes.Methods,
 	rollouts.Methods,
 }

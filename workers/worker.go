@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	cloudresourcesact "github.com/better-compute/better-compute/activities/cloudresources"
+	fleetact "github.com/better-compute/better-compute/activities/fleet"
 	healthact "github.com/better-compute/better-compute/activities/health"
 	instancesact "github.com/better-compute/better-compute/activities/instances"
 	metalact "github.com/better-compute/better-compute/activities/metal"
@@ -23,6 +24,7 @@ import (
 	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workflows/cloudresources"
+	"github.com/better-compute/better-compute/workflows/fleet"
 	"github.com/better-compute/better-compute/workflows/health"
 	"github.com/better-compute/better-compute/workflows/instances"
 	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
@@ -76,6 +78,7 @@ func NewControlPlane(c client.Client, deps Deps) worker.Worker {
 // on the control-plane queue; each registers its own.
 func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 	health.Register(r, &healthact.Health{Store: deps.Store})
+	fleet.Register(r, &fleetact.Fleet{Store: deps.Store, Catalog: catalogOf(deps)})
 	sites.Register(r)
 	reservations.Register(r, &reservationsact.Reservations{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
 	nodes.Register(r, &nodesact.Nodes{Store: deps.Store, Temporal: c})

@@ -16,12 +16,12 @@ import (
 func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	r := temporaltest.NewRegistry()
 	registerControlPlane(r, nil, Deps{})
-	wantWorkflows := []string{"CloudResourceWorkflow", "HealthCheck", "InstanceWorkflow", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
+	wantWorkflows := []string{"CloudResourceWorkflow", "FleetApplyWorkflow", "HealthCheck", "InstanceWorkflow", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
 		"ReconcileCloudResourcesWorkflow", "ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReconcileRolloutsWorkflow", "ReconcileSandboxesWorkflow", "ReservationWorkflow", "RolloutWorkflow", "SandboxWarmPoolWorkflow", "SandboxWorkflow", "SiteHealthWorkflow"}
 	if got := slices.Sorted(slices.Values(r.Workflows)); !slices.Equal(got, wantWorkflows) {
 		t.Errorf("workflows = %q, want %q", got, wantWorkflows)
 	}
-	wantActivities := []string{"CloudResourceReconcile", "CloudResourcesReconcileAll", "HealthEcho", "InstanceConverge", "InstanceConvergeProvider", "InstanceMarkFailed",
+	wantActivities := []string{"CloudResourceReconcile", "CloudResourcesReconcileAll", "FleetApplyChange", "FleetFinish", "FleetPending", "HealthEcho", "InstanceConverge", "InstanceConvergeProvider", "InstanceMarkFailed",
 		"InstancesReconcile", "MetalAccept", "MetalAwaitOutcome", "MetalBeginStep", "MetalBootProgress",
 		"MetalCheckImage", "MetalCheckRejoin", "MetalCloseBoot", "MetalEndStep", "MetalEnqueueNodeCommand", "MetalFail",
 		"MetalFinish", "MetalHandRamdiskStep", "MetalIngestInspection", "MetalLoad", "MetalLoadWorkflow", "MetalMarkStarted",

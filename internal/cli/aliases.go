@@ -15,6 +15,7 @@ import (
 // use for it: --gpus 2 for devices {class gpu, count 2}.
 type alias struct {
 	Flag  string
+	Short string // a one-letter shorthand, or ""
 	Usage string
 	// Field is the input field it sets; Set builds the value from the flag's.
 	Field string
@@ -35,7 +36,16 @@ var aliases = map[string][]alias{
 	// A value on the command line is in the shell's history and the
 	// process list; from a file (or standard input) it is in neither.
 	"secrets.put": {
-		{Flag: "value-file", Usage: "read the value from this file, byte for byte ('-': standard input) (value)", Field: "value", Set: fileValue},
+		{Flag: "value-file", Usage: "read the value from this file, byte for byte ('-': standard input) (value)", Field: "value",
+			Set: fileOf("value-file", 4*64<<10)},
+	},
+	// The fleet document is a file people keep in version control.
+	"fleet.plan": {
+		{Flag: "file", Short: "f", Usage: "read the fleet document (YAML or JSON) from this file ('-': standard input) (document)",
+			Field: "document", Set: fileOf("file", 1<<20)},
+	},
+	"fleet.apply": {
+		{Flag: "plan", Usage: "the plan's id (planId)", Field: "planId", Set: func(v string) (any, error) { return v, nil }},
 	},
 	"capacity.preview": {
 		{Flag: "pool", Usage: "the pool's id (poolId)", Field: "poolId", Set: func(v string) (any, error) { return v, nil }},
@@ -44,27 +54,28 @@ var aliases = map[string][]alias{
 	},
 }
 
-// fileValue is a file's content, or standard input's for "-", bounded by
-// the largest secret value (64 KiB of characters, at most 4 bytes each).
-func fileValue(path string) (any, error) {
-	var r io.Reader = os.Stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, usageErrorf("--value-file: %v", err)
+// fileOf reads --flag's file, or standard input for "-", bounded by limit
+// bytes (a secret's: 64 KiB of characters, at most 4 bytes each).
+func fileOf(flag string, limit int) func(path string) (any, error) {
+	return func(path string) (any, error) {
+		var r io.Reader = os.Stdin
+		if path != "-" {
+			f, err := os.Open(path)
+			if err != nil {
+				return nil, usageErrorf("--%s: %v", flag, err)
+			}
+			defer f.Close()
+			r = f
 		}
-		defer f.Close()
-		r = f
+		b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+		switch {
+		case err != nil:
+			return nil, usageErrorf("--%s: %v", flag, err)
+		case len(b) > limit:
+			return nil, usageErrorf("--%s: more than %d bytes", flag, limit)
+		}
+		return string(b), nil
 	}
-	const limit = 4 * 64 << 10
-	b, err := io.ReadAll(io.LimitReader(r, limit+1))
-	switch {
-	case err != nil:
-		return nil, usageErrorf("--value-file: %v", err)
-	case len(b) > limit:
-		return nil, usageErrorf("--value-file: more than %d bytes", limit)
-	}
-	return string(b), nil
 }
 
 func gpus(v string) (any, error) {

@@ -403,7 +403,7 @@ func methodCmd(o Options, m core.Method) *cobra.Command {
 		}
 	}
 	for i, a := range als {
-		fl.StringVar(&aliasValues[i], a.Flag, "", a.Usage)
+		fl.StringVarP(&aliasValues[i], a.Flag, a.Short, "", a.Usage)
 	}
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("context", o.completeContexts)
