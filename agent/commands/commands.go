@@ -32,6 +32,7 @@ const (
 	KindCDIWithdraw      = string(protocol.CommandCDIWithdraw)
 	KindInventoryRefresh = string(protocol.CommandInventoryRefresh)
 	KindReboot           = string(protocol.CommandReboot)
+	KindAgentUpdate      = string(protocol.CommandAgentUpdate)
 )
 
 // Result states.
@@ -95,6 +96,10 @@ type Executor struct {
 	Now                func() time.Time
 	ObservedGeneration func() int64
 	RefreshInventory   func(ctx context.Context) error
+	// AgentUpdate replaces the running build (agent/selfupdate); on
+	// success it does not return, and the new build answers the command.
+	// Nil fails agent.update.
+	AgentUpdate func(ctx context.Context, seq int64, args protocol.AgentUpdateArgs) error
 }
 
 // stateLocks serialises the check and record of the last executed seq per
@@ -237,6 +242,15 @@ func (e *Executor) execute(ctx context.Context, c Command) Result {
 			err = errors.New("this agent cannot refresh its inventory")
 		} else {
 			err = e.RefreshInventory(ctx)
+		}
+	case KindAgentUpdate:
+		var a protocol.AgentUpdateArgs
+		if err = strictArgs(c.Args, &a); err == nil {
+			if e.AgentUpdate == nil {
+				err = errors.New("this agent cannot update itself")
+			} else {
+				err = e.AgentUpdate(ctx, c.Seq, a)
+			}
 		}
 	case KindReboot:
 		if e.Simulate {

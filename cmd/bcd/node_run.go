@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,6 +17,7 @@ import (
 	agentinv "github.com/better-compute/better-compute/agent/inventory"
 	"github.com/better-compute/better-compute/agent/join"
 	"github.com/better-compute/better-compute/agent/nodespec"
+	"github.com/better-compute/better-compute/agent/selfupdate"
 	"github.com/better-compute/better-compute/agent/session"
 	"github.com/better-compute/better-compute/agent/tunnel"
 	"github.com/better-compute/better-compute/core/inventory"
@@ -96,8 +99,19 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 	if err != nil {
 		return err
 	}
-	exec := &commands.Executor{StateDir: f.stateDir, CDIDir: cdiDir, Simulate: simulate, ObservedGeneration: spec.Observed}
 	client := session.NewHTTPClient(id)
+	updater, err := newUpdater(id, f.stateDir, version, client, log)
+	if err != nil {
+		return err
+	}
+	// An update in flight: this is its new build (which must hold a
+	// session in time) or the previous one put back; either answers it.
+	pending, err := updater.Start()
+	if err != nil {
+		return fmt.Errorf("agent update: %w", err)
+	}
+	exec := &commands.Executor{StateDir: f.stateDir, CDIDir: cdiDir, Simulate: simulate, ObservedGeneration: spec.Observed,
+		AgentUpdate: updater.Update}
 	// The instance runtime converges at once on the instances of the spec
 	// kept in the state directory, then on each spec the session applies.
 	rtCtx, stopRuntime := context.WithCancel(ctx)
@@ -113,8 +127,55 @@ func runNodeSession(ctx context.Context, id join.Identity, f nodeSessionFlags) e
 	return session.Run(ctx, session.Options{
 		Identity: id, StateDir: f.stateDir, Executor: exec, AgentVersion: version, Logger: log, NodeSpec: spec, HTTPClient: client,
 		OnSpec:    specHooks(sshTrust(ctx, sshdDirOf(f.sshdDir, f.stateDir, simulate), log), rt.OnSpec),
-		OnSession: rt.OnSession,
+		OnSession: confirmUpdate(ctx, updater, pending, log, rt.OnSession),
 		Inventory: func(ctx context.Context) (*inventory.NodeInventory, error) { return agentinv.Collect(ctx, inv) },
 		OnTunnel:  (&tunnel.Opener{Endpoint: id.AgentEndpoint, Logger: log, Execer: rt}).Serve,
 	})
+}
+
+// newUpdater is the agent.update of this build, replacing the executable
+// it runs from.
+func newUpdater(id join.Identity, stateDir, version string, client *http.Client, log *slog.Logger) (*selfupdate.Updater, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finding bcd's executable: %w", err)
+	}
+	return &selfupdate.Updater{StateDir: stateDir, Executable: exe, Version: version, Endpoint: id.AgentEndpoint, Client: client,
+		Exec: syscall.Exec, Logger: log}, nil
+}
+
+// confirmUpdate answers the update in flight (pending, nil when none) on
+// the first session: its result goes out, and the marker goes. Until then
+// a new build is rolled back at its deadline. Then next runs.
+func confirmUpdate(ctx context.Context, u *selfupdate.Updater, pending *selfupdate.Marker, log *slog.Logger,
+	next func(context.Context, func(any) error)) func(context.Context, func(any) error) {
+	if pending == nil {
+		return next
+	}
+	watchCtx, confirmed := context.WithCancel(ctx)
+	go u.Watch(watchCtx, *pending)
+	var mu sync.Mutex
+	answered := false
+	return func(sessCtx context.Context, send func(any) error) {
+		mu.Lock()
+		if !answered {
+			if err := send(pending.Result()); err != nil {
+				log.Warn("agent update: sending its result (again on the next session)", "error", err.Error())
+			} else {
+				answered = true
+				confirmed()
+				if err := u.Confirmed(); err != nil {
+					log.Warn("agent update: removing its marker", "error", err.Error())
+				}
+				log.Info("agent update answered", "seq", pending.Seq, "state", pending.State)
+			}
+		}
+		mu.Unlock()
+		if next != nil {
+			next(sessCtx, send)
+		}
+	}
 }
