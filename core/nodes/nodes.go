@@ -1,6 +1,13 @@
-// Package nodes holds a node's state axes as typed constants and the
-// schedulability predicate. It is pure: no I/O.
+// Package nodes holds a node's state axes as typed constants, the
+// schedulability predicate and the rules of labels and taints. It is pure: no I/O.
 package nodes
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/better-compute/better-compute/core"
+)
 
 // ProvisionState is where a node is in its provisioning lifecycle.
 type ProvisionState string
@@ -182,4 +189,45 @@ func Schedulable(n NodeView, poolOwnerTenant string) (bool, []string) {
 		reasons = append(reasons, ReasonTrust)
 	}
 	return len(reasons) == 0, reasons
+}
+
+// A node's bounds.
+const (
+	MaxLabels = 64
+	MaxTaints = 32
+)
+
+// Kubernetes label syntax: a key is an optional DNS-subdomain prefix and
+// "/", then a name of at most 63 characters; a value is empty or a name.
+var (
+	labelNamePattern   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelPrefixPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// CheckLabelKey validates a Kubernetes-style label or taint key; field
+// names the input in the error.
+func CheckLabelKey(field, key string) error {
+	prefix, name, hasPrefix := strings.Cut(key, "/")
+	if !hasPrefix {
+		name, prefix = prefix, ""
+	}
+	if hasPrefix && (prefix == "" || len(prefix) > 253 || !labelPrefixPattern.MatchString(prefix)) {
+		return badField(field, "pattern", "key %q: the prefix must be a DNS subdomain of at most 253 characters", key)
+	}
+	if len(name) > 63 || !labelNamePattern.MatchString(name) {
+		return badField(field, "pattern", "key %q: the name must be 1-63 characters, alphanumerics with -, _ or . inside", key)
+	}
+	return nil
+}
+
+// CheckLabelValue validates a label's or taint's value.
+func CheckLabelValue(field, key, value string) error {
+	if value != "" && (len(value) > 63 || !labelNamePattern.MatchString(value)) {
+		return badField(field, "pattern", "value of %q must be empty or 1-63 characters, alphanumerics with -, _ or . inside", key)
+	}
+	return nil
+}
+
+func badField(field, reason, format string, args ...any) error {
+	return core.Errorf(core.CodeInvalidInput, format, args...).WithDetails(map[string]any{"field": field, "reason": reason})
 }

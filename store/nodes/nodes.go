@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -151,8 +150,8 @@ const (
 
 // A node's bounds.
 const (
-	MaxLabels = 64
-	MaxTaints = 32
+	MaxLabels = nodestate.MaxLabels
+	MaxTaints = nodestate.MaxTaints
 )
 
 // nodeSelect reads nodes n with their site s: their pool's, or for a site
@@ -443,35 +442,6 @@ func SetCordon(ctx context.Context, tx store.Tx, tenantID, id string, cordon boo
 	return Get(ctx, tx, tenantID, n.ID, false)
 }
 
-// Kubernetes label syntax: a key is an optional DNS-subdomain prefix and
-// "/", then a name of at most 63 characters; a value is empty or a name.
-var (
-	labelNamePattern   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	labelPrefixPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-)
-
-// checkLabelKey validates a Kubernetes-style key; field names the input.
-func checkLabelKey(field, key string) error {
-	prefix, name, hasPrefix := strings.Cut(key, "/")
-	if !hasPrefix {
-		name, prefix = prefix, ""
-	}
-	if hasPrefix && (prefix == "" || len(prefix) > 253 || !labelPrefixPattern.MatchString(prefix)) {
-		return badField(field, "pattern", "key %q: the prefix must be a DNS subdomain of at most 253 characters", key)
-	}
-	if len(name) > 63 || !labelNamePattern.MatchString(name) {
-		return badField(field, "pattern", "key %q: the name must be 1-63 characters, alphanumerics with -, _ or . inside", key)
-	}
-	return nil
-}
-
-func checkLabelValue(field, key, value string) error {
-	if value != "" && (len(value) > 63 || !labelNamePattern.MatchString(value)) {
-		return badField(field, "pattern", "value of %q must be empty or 1-63 characters, alphanumerics with -, _ or . inside", key)
-	}
-	return nil
-}
-
 // Label sets and removes labels of the tenant's node; a key both set and
 // removed is refused. No change writes no event.
 func Label(ctx context.Context, tx store.Tx, tenantID, id string, set map[string]string, remove []string, by string) (Node, error) {
@@ -479,15 +449,15 @@ func Label(ctx context.Context, tx store.Tx, tenantID, id string, set map[string
 		return Node{}, badField("set", "required", "nodes.label needs set or remove")
 	}
 	for k, v := range set {
-		if err := checkLabelKey("set", k); err != nil {
+		if err := nodestate.CheckLabelKey("set", k); err != nil {
 			return Node{}, err
 		}
-		if err := checkLabelValue("set", k, v); err != nil {
+		if err := nodestate.CheckLabelValue("set", k, v); err != nil {
 			return Node{}, err
 		}
 	}
 	for _, k := range remove {
-		if err := checkLabelKey("remove", k); err != nil {
+		if err := nodestate.CheckLabelKey("remove", k); err != nil {
 			return Node{}, err
 		}
 		if _, both := set[k]; both {
@@ -541,10 +511,10 @@ func SetTaints(ctx context.Context, tx store.Tx, tenantID, id string, add []Tain
 		return Node{}, badField("add", "required", "nodes.taint needs add or remove")
 	}
 	for _, t := range add {
-		if err := checkLabelKey("add", t.Key); err != nil {
+		if err := nodestate.CheckLabelKey("add", t.Key); err != nil {
 			return Node{}, err
 		}
-		if err := checkLabelValue("add", t.Key, t.Value); err != nil {
+		if err := nodestate.CheckLabelValue("add", t.Key, t.Value); err != nil {
 			return Node{}, err
 		}
 		if !slices.Contains(nodestate.TaintEffects, t.Effect) {
@@ -552,7 +522,7 @@ func SetTaints(ctx context.Context, tx store.Tx, tenantID, id string, add []Tain
 		}
 	}
 	for _, r := range remove {
-		if err := checkLabelKey("remove", r.Key); err != nil {
+		if err := nodestate.CheckLabelKey("remove", r.Key); err != nil {
 			return Node{}, err
 		}
 		if r.Effect != "" && !slices.Contains(nodestate.TaintEffects, r.Effect) {
