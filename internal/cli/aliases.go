@@ -54,6 +54,14 @@ var aliases = map[string][]alias{
 	},
 }
 
+// parts are the methods whose answer holds a document people keep as a
+// file: {flag, field}; the flag answers that field alone, so that
+// `fleet export --document -o yaml > fleet.yaml` is what `fleet plan -f`
+// reads.
+var parts = map[string][2]string{
+	"fleet.export": {"document", "document"},
+}
+
 // fileOf reads --flag's file, or standard input for "-", bounded by limit
 // bytes (a secret's: 64 KiB of characters, at most 4 bytes each).
 func fileOf(flag string, limit int) func(path string) (any, error) {

@@ -285,6 +285,7 @@ type common struct {
 	wait      bool
 	waitLimit time.Duration
 	all       bool
+	part      bool
 }
 
 func methodCmd(o Options, m core.Method) *cobra.Command {
@@ -296,6 +297,7 @@ func methodCmd(o Options, m core.Method) *cobra.Command {
 	aliasValues := make([]string, len(als))
 	arg := idArg(m)
 	w, waits := waiters[m.FullName()]
+	partFlag, partField := parts[m.FullName()][0], parts[m.FullName()][1]
 
 	use := m.Name
 	if arg != "" {
@@ -380,6 +382,13 @@ func methodCmd(o Options, m core.Method) *cobra.Command {
 					return err
 				}
 			}
+			if c.part {
+				var whole map[string]json.RawMessage
+				if err := json.Unmarshal(raw, &whole); err != nil {
+					return fmt.Errorf("the answer is not a JSON object: %w", err)
+				}
+				raw = whole[partField]
+			}
 			return render(o.Stdout, c.output, raw)
 		},
 	}
@@ -411,6 +420,9 @@ func methodCmd(o Options, m core.Method) *cobra.Command {
 		if _, paged := m.Schema.Field("cursor"); paged {
 			fl.BoolVar(&c.all, "all", false, "follow nextCursor and answer every page's items")
 		}
+	}
+	if partFlag != "" {
+		fl.BoolVar(&c.part, partFlag, false, "answer only the "+partField+" field (-o yaml|json)")
 	}
 	if waits {
 		fl.BoolVar(&c.wait, "wait", false, "wait until the "+strings.TrimSuffix(w.IDField, "Id")+" settles, showing its states on a terminal")

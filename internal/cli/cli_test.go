@@ -479,3 +479,31 @@ func TestSecretsPutReadsTheValueFromAFile(t *testing.T) {
 		t.Error("a missing file was accepted")
 	}
 }
+
+// The exported document, alone, is the file fleet plan -f reads.
+func TestFleetExportDocumentIsThePlannedFile(t *testing.T) {
+	const document = `{"apiVersion":"better-compute/fleet/v1","sites":[{"name":"fra-1","kind":"shared","region":"eu-central","iamRegion":"eu-central-1"}],"pools":[]}`
+	e := newEnv(t, func(method string, _ map[string]any) (int, string) {
+		if method == "fleet.export" {
+			return 200, `{"document":` + document + `,"digest":"sha256:00"}`
+		}
+		return 200, `{"planId":"fplan_01","digest":"sha256:00","changes":[]}`
+	})
+	out, err := e.run("fleet", "export", "--document", "-o", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "digest") || !strings.Contains(out, "apiVersion: better-compute/fleet/v1") {
+		t.Fatalf("export --document = %q", out)
+	}
+	file := filepath.Join(e.dir, "fleet.yaml")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.run("fleet", "plan", "-f", file); err != nil {
+		t.Fatal(err)
+	}
+	if b := e.api.bodies[1]; b["document"] != out {
+		t.Errorf("plan body %v", b)
+	}
+}
