@@ -78,7 +78,7 @@ func NewControlPlane(c client.Client, deps Deps) worker.Worker {
 // on the control-plane queue; each registers its own.
 func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 	health.Register(r, &healthact.Health{Store: deps.Store})
-	fleet.Register(r, &fleetact.Fleet{Store: deps.Store, Catalog: catalogOf(deps)})
+	fleet.Register(r, &fleetact.Fleet{Store: deps.Store, Catalog: catalogOf(deps), Temporal: c, TaskQueue: ControlPlaneQueue})
 	sites.Register(r)
 	reservations.Register(r, &reservationsact.Reservations{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
 	nodes.Register(r, &nodesact.Nodes{Store: deps.Store, Temporal: c})
@@ -129,6 +129,9 @@ func EnsureSchedules(ctx context.Context, c client.Client) error {
 		return err
 	}
 	if err := instances.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	if err := fleet.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
 		return err
 	}
 	if err := rollouts.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {

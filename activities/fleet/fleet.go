@@ -5,6 +5,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -25,13 +26,25 @@ const (
 	ActivityPending = "FleetPending"
 	ActivityChange  = "FleetApplyChange"
 	ActivityFinish  = "FleetFinish"
+
+	// The reconciler: a Temporal schedule runs ReconcileWorkflowName, whose
+	// activity starts the workflow of every running apply.
+	ReconcileWorkflowName = "ReconcileFleetAppliesWorkflow"
+	ReconcileScheduleID   = "fleet-reconciler"
+	ActivityReconcile     = "FleetReconcile"
 )
+
+// reconcilePage bounds the applies one reconciliation starts.
+const reconcilePage = 100
 
 // Fleet is the activity side of the apply workflow.
 type Fleet struct {
 	Store *store.Store
 	// Catalog names the authorization rows' types.
 	Catalog *core.Catalog
+	// Temporal and TaskQueue start owed apply workflows (the reconciler).
+	Temporal  client.Client
+	TaskQueue string
 }
 
 func (f *Fleet) types() domain.Types {
@@ -58,6 +71,24 @@ func (f *Fleet) FleetApplyChange(ctx context.Context, applyID string, seq int) (
 // FleetFinish marks the apply succeeded once every change is done.
 func (f *Fleet) FleetFinish(ctx context.Context, applyID string) error {
 	return f.Store.InTx(ctx, pgx.TxOptions{}, func(tx store.Tx) error { return domain.Finish(ctx, tx, applyID) })
+}
+
+// FleetReconcile starts the workflow of every running apply (a running
+// workflow is kept) and answers how many it asked for.
+func (f *Fleet) FleetReconcile(ctx context.Context) (int, error) {
+	var owed []string
+	if err := f.Store.InTx(ctx, store.ReadOnly, func(tx store.Tx) (err error) {
+		owed, err = domain.Running(ctx, tx, reconcilePage)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	for _, id := range owed {
+		if err := Start(ctx, f.Temporal, f.TaskQueue, id); err != nil {
+			return 0, fmt.Errorf("fleet: starting apply %s: %w", id, err)
+		}
+	}
+	return len(owed), nil
 }
 
 // Start starts the apply's workflow (id = the apply id) on taskQueue; a

@@ -1,5 +1,6 @@
-// Package fleet describes the fleet.* methods: the root tenant's sites and
-// pools as one declarative document, planned against the live state and
+// Package fleet describes the fleet.* methods: the root tenant's sites,
+// pools, flavors, offers and nodes' labels and taints as one declarative
+// document, planned against the live state and
 // applied by a workflow (docs/fleet-as-code.md).
 package fleet
 
@@ -146,7 +147,10 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				if err := rootOnly(d, c); err != nil {
 					return Apply{}, err
 				}
-				return domain.StartApply(ctx, tx, c.TenantID, c.Caller.IdentityID, in.PlanID, in.Digest)
+				k := c.Caller
+				return domain.StartApply(ctx, tx, c.TenantID, domain.Caller{IdentityID: k.IdentityID, IdentityKind: k.IdentityKind,
+					SessionID: k.SessionID, SessionKind: k.SessionKind, MFA: k.MFA, AgentID: k.AgentID, DelegatedBy: k.DelegatedBy,
+					RequestID: c.Cred.RequestID, SourceIP: c.Cred.SourceIP}, in.PlanID, in.Digest)
 			},
 			After: func(ctx context.Context, c *rpc.Call, in ApplyInput, out Apply) (Apply, error) {
 				if d.Temporal == nil {

@@ -1,6 +1,7 @@
 // Package fleet stores fleet plans and applies (docs/fleet-as-code.md),
 // reads the live state a fleet document is diffed against, and applies one
-// change through the sites and pools domains' own writers.
+// change through the sites, pools, flavors and nodes domains' own writers,
+// with the audit row the change's own method writes.
 package fleet
 
 import (
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,6 +17,8 @@ import (
 	doc "github.com/better-compute/better-compute/core/fleet"
 	policy "github.com/better-compute/better-compute/core/pools"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/flavors"
+	"github.com/better-compute/better-compute/store/nodes"
 	"github.com/better-compute/better-compute/store/pools"
 	"github.com/better-compute/better-compute/store/sites"
 )
@@ -24,6 +28,20 @@ import (
 // created with its tenant as the root.
 type Types struct {
 	Site, Pool string
+}
+
+// Caller is who asked for an apply: each change's audit row names it, with
+// the fleet.apply call's request id.
+type Caller struct {
+	IdentityID   string `json:"identityId"`
+	IdentityKind string `json:"identityKind"`
+	SessionID    string `json:"sessionId"`
+	SessionKind  string `json:"sessionKind"`
+	MFA          bool   `json:"mfa"`
+	AgentID      string `json:"agentId,omitempty"`
+	DelegatedBy  string `json:"delegatedBy,omitempty"`
+	RequestID    string `json:"requestId"`
+	SourceIP     string `json:"sourceIp,omitempty"`
 }
 
 // Plan is a stored plan.
@@ -59,7 +77,8 @@ type ChangeState struct {
 // pools are not the document's (their accounts are secrets' business), so
 // they are neither exported nor deleted.
 func ReadLive(ctx context.Context, tx store.Tx, tenantID string) (doc.Live, error) {
-	live := doc.Live{SiteIDs: map[string]string{}, PoolIDs: map[string]string{}, Busy: map[string]bool{}, Kept: map[string]bool{}}
+	live := doc.Live{TenantID: tenantID, SiteIDs: map[string]string{}, PoolIDs: map[string]string{}, FlavorIDs: map[string]string{},
+		NodeIDs: map[string]string{}, Busy: map[string]bool{}, Kept: map[string]bool{}}
 	rows, err := tx.Query(ctx, `SELECT s.id, s.name, s.kind, s.region, s.iam_region, EXISTS (SELECT 1 FROM pools p
 		  WHERE p.site_id = s.id AND p.archived_at IS NULL AND p.class = 'provider')
 		FROM sites s WHERE s.tenant_id = $1 AND s.deleted_at IS NULL ORDER BY s.name`, tenantID)
@@ -109,8 +128,85 @@ func ReadLive(ctx context.Context, tx store.Tx, tenantID string) (doc.Live, erro
 	if err := rows.Err(); err != nil {
 		return live, err
 	}
+	if err := readPoolParts(ctx, tx, tenantID, &live); err != nil {
+		return live, err
+	}
+	if err := readNodes(ctx, tx, tenantID, &live); err != nil {
+		return live, err
+	}
 	doc.Normalize(&live.Document)
 	return live, nil
+}
+
+// readPoolParts reads the live flavors and offers of the document's pools.
+func readPoolParts(ctx context.Context, tx store.Tx, tenantID string, live *doc.Live) error {
+	byID := map[string]*doc.Pool{}
+	for i := range live.Document.Pools {
+		byID[live.PoolIDs[live.Document.Pools[i].Name]] = &live.Document.Pools[i]
+	}
+	rows, err := tx.Query(ctx, `SELECT f.id, f.pool_id, f.name, f.vcpu, f.memory_mib, f.disk_gib, f.gpus, f.runtime
+		FROM flavors f JOIN pools p ON p.id = f.pool_id
+		WHERE p.tenant_id = $1 AND p.archived_at IS NULL AND f.deleted_at IS NULL ORDER BY f.name`, tenantID)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id, poolID string
+		var f doc.Flavor
+		var mib int64
+		if err := rows.Scan(&id, &poolID, &f.Name, &f.VCPU, &mib, &f.DiskGiB, &f.GPUs, &f.Runtime); err != nil {
+			rows.Close()
+			return err
+		}
+		if p := byID[poolID]; p != nil {
+			f.MemoryGiB = float64(mib) / 1024
+			p.Flavors = append(p.Flavors, f)
+			live.FlavorIDs[p.Name+"/"+f.Name] = id
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `SELECT o.pool_id, o.tenant_id, o.quota, o.priority, o.include_descendants,
+		o.suspended_at IS NOT NULL, o.excluded_regions
+		FROM pool_offers o JOIN pools p ON p.id = o.pool_id WHERE p.tenant_id = $1 AND p.archived_at IS NULL`, tenantID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var poolID string
+		var o doc.Offer
+		if err := rows.Scan(&poolID, &o.Tenant, &o.Quota, &o.Priority, &o.IncludeDescendants, &o.Suspended, &o.ExcludedRegions); err != nil {
+			return err
+		}
+		if p := byID[poolID]; p != nil {
+			p.Offers = append(p.Offers, o)
+		}
+	}
+	return rows.Err()
+}
+
+// readNodes reads every live node's id by name, and the labels and taints
+// of those that have some.
+func readNodes(ctx context.Context, tx store.Tx, tenantID string, live *doc.Live) error {
+	rows, err := tx.Query(ctx, `SELECT id, name, labels, taints FROM nodes WHERE tenant_id = $1 AND deleted_at IS NULL`, tenantID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var n doc.Node
+		if err := rows.Scan(&id, &n.Name, &n.Labels, &n.Taints); err != nil {
+			return err
+		}
+		live.NodeIDs[n.Name] = id
+		if len(n.Labels) > 0 || len(n.Taints) > 0 {
+			live.Document.Nodes = append(live.Document.Nodes, n)
+		}
+	}
+	return rows.Err()
 }
 
 // SavePlan stores a plan of the document against the state of digest.
@@ -129,7 +225,7 @@ func SavePlan(ctx context.Context, tx store.Tx, tenantID, createdBy, digest stri
 // change, if the live state is still the plan's: a different digest is
 // CONFLICT (stale). The live state is read in tx, so concurrent plans'
 // applies are ordered by the locks the writers take.
-func StartApply(ctx context.Context, tx store.Tx, tenantID, createdBy, planID, digest string) (Apply, error) {
+func StartApply(ctx context.Context, tx store.Tx, tenantID string, caller Caller, planID, digest string) (Apply, error) {
 	var stored string
 	var changes []doc.Change
 	err := tx.QueryRow(ctx, `SELECT digest, changes FROM fleet_plans WHERE tenant_id = $1 AND id = $2`, tenantID, planID).
@@ -161,8 +257,8 @@ func StartApply(ctx context.Context, tx store.Tx, tenantID, createdBy, planID, d
 		return Apply{}, core.Errorf(core.CodeInvalidState, "a fleet apply is running").WithDetails(map[string]any{"reason": "running"})
 	}
 	id := core.NewID("fapl")
-	if _, err := tx.Exec(ctx, `INSERT INTO fleet_applies (id, tenant_id, plan_id, state, created_by) VALUES ($1, $2, $3, 'running', $4)`,
-		id, tenantID, planID, createdBy); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO fleet_applies (id, tenant_id, plan_id, state, created_by, caller)
+		VALUES ($1, $2, $3, 'running', $4, $5)`, id, tenantID, planID, caller.IdentityID, caller); err != nil {
 		return Apply{}, err
 	}
 	for i, c := range changes {
@@ -191,16 +287,17 @@ func Pending(ctx context.Context, tx store.Tx, applyID string) ([]int, error) {
 // change and the apply failed and is answered, not returned.
 func ApplyChange(ctx context.Context, s *store.Store, t Types, applyID string, seq int) (failed string, err error) {
 	err = s.InTx(ctx, pgx.TxOptions{}, func(tx store.Tx) error {
-		var tenantID, createdBy, state, applyState string
+		var tenantID, state, applyState string
+		var caller Caller
 		var c doc.Change
-		err := tx.QueryRow(ctx, `SELECT a.tenant_id, a.created_by, c.state, a.state, c.change FROM fleet_apply_changes c
+		err := tx.QueryRow(ctx, `SELECT a.tenant_id, a.caller, c.state, a.state, c.change FROM fleet_apply_changes c
 			JOIN fleet_applies a ON a.id = c.apply_id WHERE c.apply_id = $1 AND c.seq = $2 FOR UPDATE`, applyID, seq).
-			Scan(&tenantID, &createdBy, &state, &applyState, &c)
+			Scan(&tenantID, &caller, &state, &applyState, &c)
 		// Done, or the apply failed: nothing more runs.
 		if err != nil || state != "pending" || applyState != "running" {
 			return err
 		}
-		if err := apply(ctx, tx, t, tenantID, createdBy, c); err != nil {
+		if err := apply(ctx, tx, t, tenantID, caller, c); err != nil {
 			var ce *core.Error
 			if !errors.As(err, &ce) {
 				return err
@@ -225,6 +322,17 @@ func ApplyChange(ctx context.Context, s *store.Store, t Types, applyID string, s
 	})
 }
 
+// Running is the ids of running applies, oldest first, at most limit: the
+// reconciler (re)starts their workflows, so an apply whose start was lost
+// after its commit still runs.
+func Running(ctx context.Context, tx store.Tx, limit int) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT id FROM fleet_applies WHERE state = 'running' ORDER BY created_at, id LIMIT $1`, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // Finish marks a running apply succeeded once no change is pending.
 func Finish(ctx context.Context, tx store.Tx, applyID string) error {
 	_, err := tx.Exec(ctx, `UPDATE fleet_applies SET state = 'succeeded', finished_at = now() WHERE id = $1 AND state = 'running'
@@ -232,23 +340,34 @@ func Finish(ctx context.Context, tx store.Tx, applyID string) error {
 	return err
 }
 
-// apply is one change through the writer the domain's own method uses.
-func apply(ctx context.Context, tx store.Tx, t Types, tenantID, createdBy string, c doc.Change) error {
+// apply is one change through the writer the domain's own method uses, and
+// that method's audit row.
+func apply(ctx context.Context, tx store.Tx, t Types, tenantID string, caller Caller, c doc.Change) error {
+	by := caller.IdentityID
+	var method, resourceType, resourceID string
 	switch {
 	case c.Kind == doc.KindSite && c.Op == doc.OpCreate:
-		_, err := sites.Create(ctx, tx, t.Site, tenantID, tenantID, createdBy,
+		_, err := sites.Create(ctx, tx, t.Site, tenantID, tenantID, by,
 			sites.New{Name: c.Site.Name, Region: c.Site.Region, IAMRegion: c.Site.IAMRegion, Kind: c.Site.Kind})
-		return err
+		if err != nil {
+			return err
+		}
+		method, resourceType, resourceID = "sites.create", "compute-tenant", tenantID
 	case c.Kind == doc.KindSite && c.Op == doc.OpUpdate:
 		st, err := sites.Update(ctx, tx, t.Site, tenantID, c.ID, sites.Change{Region: &c.Site.Region, IAMRegion: &c.Site.IAMRegion})
 		if err != nil {
 			return err
 		}
 		// As sites.update: the pools' rows carry the site's region.
-		return pools.PutSiteAuthz(ctx, tx, t.Pool, st.ID)
+		if err := pools.PutSiteAuthz(ctx, tx, t.Pool, st.ID); err != nil {
+			return err
+		}
+		method, resourceType, resourceID = "sites.update", "compute-site", c.ID
 	case c.Kind == doc.KindSite && c.Op == doc.OpDelete:
-		_, err := sites.Delete(ctx, tx, tenantID, c.ID)
-		return err
+		if _, err := sites.Delete(ctx, tx, tenantID, c.ID); err != nil {
+			return err
+		}
+		method, resourceType, resourceID = "sites.delete", "compute-site", c.ID
 	case c.Kind == doc.KindPool && c.Op == doc.OpCreate:
 		siteID, err := siteByName(ctx, tx, tenantID, c.Pool.Site)
 		if err != nil {
@@ -258,20 +377,171 @@ func apply(ctx context.Context, tx store.Tx, t Types, tenantID, createdBy string
 		if err != nil {
 			return err
 		}
-		_, err = pools.Create(ctx, tx, t.Pool, tenantID, createdBy, pools.New{SiteID: siteID, Name: c.Pool.Name, Class: c.Pool.Class,
+		_, err = pools.Create(ctx, tx, t.Pool, tenantID, by, pools.New{SiteID: siteID, Name: c.Pool.Name, Class: c.Pool.Class,
 			GPUModel: c.Pool.GPUModel, GPUMemoryGb: c.Pool.GPUMemoryGb, Sharing: c.Pool.Sharing, Agent: c.Pool.Agent, Policy: p,
 			BillingMode: c.Pool.BillingMode})
-		return err
+		if err != nil {
+			return err
+		}
+		method, resourceType, resourceID = "pools.create", "compute-tenant", tenantID
 	case c.Kind == doc.KindPool && c.Op == doc.OpUpdate:
 		p := c.Pool
-		_, err := pools.Update(ctx, tx, t.Pool, tenantID, c.ID, pools.Change{GPUMemoryGb: &p.GPUMemoryGb, Sharing: &p.Sharing,
-			Agent: &p.Agent, Policy: p.Policy, BillingMode: &p.BillingMode})
-		return err
+		if _, err := pools.Update(ctx, tx, t.Pool, tenantID, c.ID, pools.Change{GPUMemoryGb: &p.GPUMemoryGb, Sharing: &p.Sharing,
+			Agent: &p.Agent, Policy: p.Policy, BillingMode: &p.BillingMode}); err != nil {
+			return err
+		}
+		method, resourceType, resourceID = "pools.update", "compute-pool", c.ID
 	case c.Kind == doc.KindPool && c.Op == doc.OpDelete:
-		_, err := pools.Archive(ctx, tx, tenantID, c.ID)
+		if _, err := pools.Archive(ctx, tx, tenantID, c.ID); err != nil {
+			return err
+		}
+		method, resourceType, resourceID = "pools.archive", "compute-pool", c.ID
+	case c.Kind == doc.KindFlavor || c.Kind == doc.KindOffer:
+		poolID, err := poolByName(ctx, tx, tenantID, c.PoolName)
+		if err != nil {
+			return err
+		}
+		if method, err = applyPoolPart(ctx, tx, t, tenantID, poolID, by, c); err != nil {
+			return err
+		}
+		resourceType, resourceID = "compute-pool", poolID
+	case c.Kind == doc.KindNode && c.Op == doc.OpUpdate:
+		methods, err := applyNode(ctx, tx, tenantID, by, c)
+		if err != nil {
+			return err
+		}
+		for _, m := range methods {
+			if err := audit(ctx, tx, tenantID, caller, m, "compute-node", c.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		return fmt.Errorf("fleet change %s %s: unknown", c.Op, c.Kind)
+	}
+	return audit(ctx, tx, tenantID, caller, method, resourceType, resourceID)
+}
+
+// applyPoolPart applies a flavor's or an offer's change to its pool and
+// answers the method whose writer it used.
+func applyPoolPart(ctx context.Context, tx store.Tx, t Types, tenantID, poolID, by string, c doc.Change) (string, error) {
+	switch {
+	case c.Kind == doc.KindFlavor && c.Op == doc.OpCreate:
+		f := c.Flavor
+		mib, err := flavors.MemoryMiBOf(f.MemoryGiB)
+		if err != nil {
+			return "", err
+		}
+		_, err = flavors.Create(ctx, tx, tenantID, flavors.New{PoolID: poolID, Name: f.Name, Runtime: f.Runtime,
+			Shape: flavors.Shape{VCPU: f.VCPU, MemoryMiB: mib, DiskGiB: f.DiskGiB, GPUs: f.GPUs}})
+		return "flavors.create", err
+	case c.Kind == doc.KindFlavor && c.Op == doc.OpUpdate:
+		f := c.Flavor
+		mib, err := flavors.MemoryMiBOf(f.MemoryGiB)
+		if err != nil {
+			return "", err
+		}
+		_, err = flavors.Update(ctx, tx, tenantID, poolID, c.ID, flavors.Change{VCPU: &f.VCPU, MemoryMiB: &mib, DiskGiB: &f.DiskGiB, GPUs: &f.GPUs})
+		return "flavors.update", err
+	case c.Kind == doc.KindFlavor && c.Op == doc.OpDelete:
+		_, err := flavors.Delete(ctx, tx, tenantID, poolID, c.ID)
+		return "flavors.delete", err
+	case c.Kind == doc.KindOffer && (c.Op == doc.OpCreate || c.Op == doc.OpUpdate):
+		o := c.Offer
+		_, err := pools.PutOffer(ctx, tx, t.Pool, tenantID, poolID, o.Tenant, by, pools.OfferTerms{Quota: o.Quota, Priority: o.Priority,
+			IncludeDescendants: o.IncludeDescendants, Suspended: o.Suspended, ExcludedRegions: o.ExcludedRegions})
+		return "pools.offer", err
+	case c.Kind == doc.KindOffer && c.Op == doc.OpDelete:
+		_, err := pools.Unoffer(ctx, tx, t.Pool, tenantID, poolID, c.Offer.Tenant)
+		return "pools.unoffer", err
+	}
+	return "", fmt.Errorf("fleet change %s %s: unknown", c.Op, c.Kind)
+}
+
+// applyNode brings a node's labels and taints to the declared ones, from
+// what they are now (so a retry or a change made since the plan converges),
+// and answers the methods whose writers it used.
+func applyNode(ctx context.Context, tx store.Tx, tenantID, by string, c doc.Change) ([]string, error) {
+	n, err := nodes.Get(ctx, tx, tenantID, c.ID, true)
+	if err != nil {
+		return nil, err
+	}
+	var used []string
+	set := map[string]string{}
+	for k, v := range c.Node.Labels {
+		if cur, ok := n.Labels[k]; !ok || cur != v {
+			set[k] = v
+		}
+	}
+	var remove []string
+	for k := range n.Labels {
+		if _, keep := c.Node.Labels[k]; !keep {
+			remove = append(remove, k)
+		}
+	}
+	if len(set) > 0 || len(remove) > 0 {
+		if _, err := nodes.Label(ctx, tx, tenantID, n.ID, set, remove, by); err != nil {
+			return nil, err
+		}
+		used = append(used, "nodes.label")
+	}
+	var add []nodes.Taint
+	for _, t := range c.Node.Taints {
+		add = append(add, nodes.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	var drop []nodes.TaintRef
+	for _, t := range n.Taints {
+		drop = append(drop, nodes.TaintRef{Key: t.Key, Effect: t.Effect})
+	}
+	if !slices.Equal(add, n.Taints) && (len(add) > 0 || len(drop) > 0) {
+		if _, err := nodes.SetTaints(ctx, tx, tenantID, n.ID, add, drop, by); err != nil {
+			return nil, err
+		}
+		used = append(used, "nodes.taint")
+	}
+	return used, nil
+}
+
+// audit writes the audit row the change's own method writes, under the
+// apply's caller and request.
+func audit(ctx context.Context, tx store.Tx, tenantID string, k Caller, method, resourceType, resourceID string) error {
+	action, err := actionOf(method)
+	if err != nil {
 		return err
 	}
-	return fmt.Errorf("fleet change %s %s: unknown", c.Op, c.Kind)
+	_, err = tx.Exec(ctx, `INSERT INTO audit_events
+		(id, tenant_id, method, action, resource_type, resource_id, identity_id, identity_kind,
+		 session_id, session_kind, mfa, agent_id, delegated_by, request_id, source_ip)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,NULLIF($12,''),NULLIF($13,''),$14,NULLIF($15,''))`,
+		core.NewID("aud"), tenantID, method, action, resourceType, resourceID, k.IdentityID, k.IdentityKind,
+		k.SessionID, k.SessionKind, k.MFA, k.AgentID, k.DelegatedBy, k.RequestID, k.SourceIP)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+// actionOf is the method's action in the method table.
+func actionOf(method string) (string, error) {
+	rows, err := core.TableRows()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rows {
+		if r.Method == method {
+			return r.Action, nil
+		}
+	}
+	return "", fmt.Errorf("fleet: method %s is not in the method table", method)
+}
+
+func poolByName(ctx context.Context, tx store.Tx, tenantID, name string) (string, error) {
+	var id string
+	err := tx.QueryRow(ctx, `SELECT id FROM pools WHERE tenant_id = $1 AND name = $2 AND archived_at IS NULL`, tenantID, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", core.Errorf(core.CodeNotFound, "pool %s not found", name)
+	}
+	return id, err
 }
 
 func siteByName(ctx context.Context, tx store.Tx, tenantID, name string) (string, error) {
