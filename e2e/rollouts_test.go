@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/fleet"
 	apiimages "github.com/better-compute/better-compute/api/images"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/pools"
@@ -179,6 +181,29 @@ func TestRolloutOfABcdRelease(t *testing.T) {
 		}
 		return agents[n.Name]
 	}
+
+	// The dev stack's fleet, with these agents (one labelled), exports as a
+	// document that plans as no change.
+	for id := range agentVersions() {
+		if _, err := nodes.Label.Call(ctx, admin, nodes.LabelInput{TenantID: root, NodeID: id, Set: map[string]string{"rack": "r1"}}); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	exported, err := fleet.ExportMethod.Call(ctx, admin, fleet.ExportInput{TenantID: root})
+	if err != nil || len(exported.Document.Pools) < 2 || len(exported.Document.Nodes) != 1 {
+		t.Fatalf("fleet.export = %+v, %v", exported.Document, err)
+	}
+	document, err := json.Marshal(exported.Document)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan, err := fleet.PlanMethod.Call(ctx, admin, fleet.PlanInput{TenantID: root, Document: string(document)}); err != nil ||
+		len(plan.Changes) != 0 || plan.Digest != exported.Digest {
+		t.Fatalf("the exported fleet planned: %+v, %v", plan, err)
+	}
+	t.Logf("the dev stack's fleet: %d sites, %d pools, %d labelled nodes, %d bytes; export → plan: no change",
+		len(exported.Document.Sites), len(exported.Document.Pools), len(exported.Document.Nodes), len(document))
 
 	// The release: e2e-2's build as a signed fleet binary image.
 	b, err := os.ReadFile(v2)
