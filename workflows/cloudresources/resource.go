@@ -89,14 +89,8 @@ const ReconcileInterval = time.Minute
 // ReconcileResourcesWorkflow runs one pass of the reconciler and answers
 // how many workflows it started.
 func ReconcileResourcesWorkflow(ctx workflow.Context) (int, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ReconcileInterval,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
 	var a *activities.Resources
-	var started int
-	err := workflow.ExecuteActivity(ctx, a.ReconcileResources).Get(ctx, &started)
-	return started, err
+	return schedules.Reconcile(ctx, a.ReconcileResources, ReconcileInterval)
 }
 
 // EnsureSchedule creates the reconciler's schedule on taskQueue unless it

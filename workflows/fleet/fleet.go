@@ -35,14 +35,8 @@ const ReconcileInterval = time.Minute
 // ReconcileFleetAppliesWorkflow runs one reconciliation and answers how many
 // applies' workflows it started (or kept).
 func ReconcileFleetAppliesWorkflow(ctx workflow.Context) (int, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ReconcileInterval,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
 	var a *activities.Fleet
-	var n int
-	err := workflow.ExecuteActivity(ctx, a.FleetReconcile).Get(ctx, &n)
-	return n, err
+	return schedules.Reconcile(ctx, a.FleetReconcile, ReconcileInterval)
 }
 
 // EnsureSchedule creates the reconciler's schedule on taskQueue unless it

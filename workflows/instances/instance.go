@@ -142,14 +142,8 @@ const ReconcileInterval = time.Minute
 // ReconcileInstancesWorkflow runs one reconciliation and answers how many
 // workflows it started.
 func ReconcileInstancesWorkflow(ctx workflow.Context) (int, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ReconcileInterval,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
 	var a *activities.Instances
-	var started int
-	err := workflow.ExecuteActivity(ctx, a.ReconcileInstances).Get(ctx, &started)
-	return started, err
+	return schedules.Reconcile(ctx, a.ReconcileInstances, ReconcileInterval)
 }
 
 // EnsureSchedule creates the reconciler's schedule on taskQueue unless it

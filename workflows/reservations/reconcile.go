@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	activities "github.com/better-compute/better-compute/activities/reservations"
@@ -19,14 +18,8 @@ const ReconcileInterval = time.Minute
 // ReconcileReservationsWorkflow runs one reconciliation and answers how many
 // workflows it started.
 func ReconcileReservationsWorkflow(ctx workflow.Context) (int, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ReconcileInterval,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
 	var a *activities.Reservations
-	var started int
-	err := workflow.ExecuteActivity(ctx, a.Reconcile).Get(ctx, &started)
-	return started, err
+	return schedules.Reconcile(ctx, a.Reconcile, ReconcileInterval)
 }
 
 // EnsureSchedule creates the reconciler's schedule, running on taskQueue,

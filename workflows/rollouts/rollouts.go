@@ -89,14 +89,8 @@ func RolloutWorkflow(ctx workflow.Context, p activities.RolloutParams) (string, 
 // ReconcileRolloutsWorkflow runs one reconciliation and answers how many
 // rollouts it started (or kept).
 func ReconcileRolloutsWorkflow(ctx workflow.Context) (int, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ReconcileInterval,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
 	var a *activities.Rollouts
-	var n int
-	err := workflow.ExecuteActivity(ctx, a.ReconcileRollouts).Get(ctx, &n)
-	return n, err
+	return schedules.Reconcile(ctx, a.ReconcileRollouts, ReconcileInterval)
 }
 
 // EnsureSchedule creates the reconciler's schedule on taskQueue unless it

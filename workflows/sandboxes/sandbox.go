@@ -130,14 +130,8 @@ const ReconcileInterval = time.Minute
 // ReconcileSandboxesWorkflow runs one reconciliation and answers how many
 // workflows it started.
 func ReconcileSandboxesWorkflow(ctx workflow.Context) (int, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ReconcileInterval,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
 	var a *activities.Sandboxes
-	var started int
-	err := workflow.ExecuteActivity(ctx, a.ReconcileSandboxes).Get(ctx, &started)
-	return started, err
+	return schedules.Reconcile(ctx, a.ReconcileSandboxes, ReconcileInterval)
 }
 
 // EnsureSchedule creates the reconciler's schedule on taskQueue unless it

@@ -11,6 +11,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 )
 
 // EnsureEvery creates schedule id, starting workflow (a workflow of that
@@ -32,4 +33,17 @@ func EnsureEvery(ctx context.Context, c client.Client, id, workflow, taskQueue s
 		return fmt.Errorf("create schedule %s: %w", id, err)
 	}
 	return nil
+}
+
+// Reconcile runs one reconciliation, a reconciler schedule's workflow: the
+// activity (which answers how many workflows it started), within every and
+// tried at most three times, so a slow one never overlaps the next run.
+func Reconcile(ctx workflow.Context, activity any, every time.Duration) (int, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: every,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var n int
+	err := workflow.ExecuteActivity(ctx, activity).Get(ctx, &n)
+	return n, err
 }
