@@ -3,12 +3,14 @@ module github.com/better-compute/better-compute
 go 1.26.8
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/Masterminds/sprig/v3 v3.3.0
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/bmc-toolbox/bmclib/v2 v2.3.5
 	github.com/cavaliergopher/cpio v1.0.1
 	github.com/cedar-policy/cedar-go v1.9.2
 	github.com/cenkalti/backoff/v5 v5.0.3
+	github.com/coder/websocket v1.8.15
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/digitalocean/godo v1.237.0
 	github.com/diskfs/go-diskfs v1.9.4
@@ -31,6 +33,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
 	github.com/stmcginnis/gofish v0.20.0
 	github.com/stretchr/testify v1.12.1
 	github.com/temporalio/ui-server/v2 v2.54.1
@@ -111,7 +114,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cloudwego/base64x v0.1.6 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
-	github.com/coder/websocket v1.8.15 // indirect
 	github.com/coreos/go-oidc/v3 v3.11.0 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect

@@ -23,6 +23,7 @@ import (
 	"github.com/better-compute/better-compute/api/sites"
 	"github.com/better-compute/better-compute/api/tunnels"
 	"github.com/better-compute/better-compute/api/usage"
+	"github.com/better-compute/better-compute/api/webhooks"
 	"github.com/better-compute/better-compute/api/workflows"
 	instancestore "github.com/better-compute/better-compute/store/instances"
 	workflowstore "github.com/better-compute/better-compute/store/workflows"
@@ -53,4 +54,5 @@ var Domains = []rpc.Domain{
 	fleet.Methods,
 	sandboxes.Methods,
 	rollouts.Methods,
+	webhooks.Methods,
 }

@@ -14,21 +14,21 @@ import (
 	"github.com/better-compute/better-compute/store"
 )
 
-// eventTypes is the dummy group's answer.
-type eventTypes struct {
+// dummyAnswer is the dummy group's answer.
+type dummyAnswer struct {
 	Types []string `json:"types"`
 }
 
-// dummyEventTypes is a method of a dummy group, written the way a new
+// dummyBatches is a method of a dummy group, written the way a new
 // domain is: a typed reference, the input's type and a descriptor in the
 // domain's own package (this file stands in for it).
-const dummyEventTypes rpc.Ref[rpc.TenantInput, eventTypes] = "webhooks.eventTypes"
+const dummyBatches rpc.Ref[rpc.TenantInput, dummyAnswer] = "commandBatches.list"
 
 func dummyDomain(rpc.Deps) []rpc.Descriptor {
-	return []rpc.Descriptor{&rpc.Method[rpc.TenantInput, eventTypes]{Name: dummyEventTypes,
-		Action: "compute:webhooks:manage", DecidedOn: "compute-tenant", Phase: "served, no §9.2 row", Kind: core.KindRead,
-		Run: func(context.Context, *rpc.Call, store.Tx, rpc.TenantInput) (eventTypes, error) {
-			return eventTypes{Types: []string{"reservation.state_changed"}}, nil
+	return []rpc.Descriptor{&rpc.Method[rpc.TenantInput, dummyAnswer]{Name: dummyBatches,
+		Action: "compute:batches:read", DecidedOn: "compute-tenant", Phase: "v1.0", Kind: core.KindRead,
+		Run: func(context.Context, *rpc.Call, store.Tx, rpc.TenantInput) (dummyAnswer, error) {
+			return dummyAnswer{Types: []string{"batch_1"}}, nil
 		}}}
 }
 
@@ -41,7 +41,7 @@ func TestAddingAMethodGroupIsOneLine(t *testing.T) {
 	ctx := context.Background()
 	admin := e.client(e.boot.AdminToken)
 	in := rpc.TenantInput{TenantID: api.DefaultRootTenant}
-	if _, err := dummyEventTypes.Call(ctx, admin, in); codeOf(err) != core.CodeUnsupported {
+	if _, err := dummyBatches.Call(ctx, admin, in); codeOf(err) != core.CodeUnsupported {
 		t.Fatalf("before: err = %v, want UNSUPPORTED (planned)", err)
 	}
 
@@ -53,14 +53,14 @@ func TestAddingAMethodGroupIsOneLine(t *testing.T) {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	c := api.NewClient(hs.URL, e.boot.AdminToken)
-	out, err := dummyEventTypes.Call(ctx, c, in)
-	if err != nil || !slices.Equal(out.Types, []string{"reservation.state_changed"}) {
+	out, err := dummyBatches.Call(ctx, c, in)
+	if err != nil || !slices.Equal(out.Types, []string{"batch_1"}) {
 		t.Fatalf("after: %+v, %v", out, err)
 	}
-	if _, err := dummyEventTypes.Call(ctx, api.NewClient(hs.URL, e.stranger), rpc.TenantInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
+	if _, err := dummyBatches.Call(ctx, api.NewClient(hs.URL, e.stranger), rpc.TenantInput{TenantID: "acme"}); codeOf(err) != core.CodeAccessDenied {
 		t.Fatalf("a caller with no policy: err = %v, want ACCESS_DENIED", err)
 	}
-	if _, err := dummyEventTypes.Call(ctx, c, rpc.TenantInput{TenantID: "bad/tenant"}); codeOf(err) != core.CodeInvalidInput {
+	if _, err := dummyBatches.Call(ctx, c, rpc.TenantInput{TenantID: "bad/tenant"}); codeOf(err) != core.CodeInvalidInput {
 		t.Fatalf("bad input: err = %v, want INVALID_INPUT", err)
 	}
 }

@@ -476,18 +476,18 @@ func TestRootOverride(t *testing.T) {
 
 func TestPlannedMethodsAnswerUnsupported(t *testing.T) {
 	e := newEnv(t)
-	status, body := e.call(e.boot.UserToken, "webhooks.get", `{"tenantId":"acme"}`)
+	status, body := e.call(e.boot.UserToken, "commandBatches.get", `{"tenantId":"acme"}`)
 	var out struct {
 		Error core.Error `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(body), &out); err != nil {
 		t.Fatal(err)
 	}
-	if status != 422 || out.Error.Code != core.CodeUnsupported || out.Error.Details["reason"] != "planned" || out.Error.Details["phase"] != "v0.3" {
-		t.Fatalf("webhooks.get = %d %s", status, body)
+	if status != 422 || out.Error.Code != core.CodeUnsupported || out.Error.Details["reason"] != "planned" || out.Error.Details["phase"] != "v1.0" {
+		t.Fatalf("commandBatches.get = %d %s", status, body)
 	}
 	// Validation still comes first.
-	if status, _ := e.call(e.boot.UserToken, "webhooks.get", `{"tenantId":"acme","bogus":1}`); status != 400 {
+	if status, _ := e.call(e.boot.UserToken, "commandBatches.get", `{"tenantId":"acme","bogus":1}`); status != 400 {
 		t.Fatalf("planned method with bad input = %d, want 400", status)
 	}
 }

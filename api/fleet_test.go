@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
 	fleetact "github.com/better-compute/better-compute/activities/fleet"
@@ -23,7 +22,6 @@ import (
 	"github.com/better-compute/better-compute/api/pools"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/core"
-	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/store"
 	fleetstore "github.com/better-compute/better-compute/store/fleet"
 	fleetwf "github.com/better-compute/better-compute/workflows/fleet"
@@ -32,19 +30,9 @@ import (
 // fleetEnv is env served with a real Temporal and a worker running the
 // fleet apply workflow.
 func fleetEnv(t *testing.T) (*env, client.Client) {
-	ctx := context.Background()
 	e := newEnv(t)
-	ts, err := dtemporal.Start(ctx, dtemporal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ts.Stop)
+	tc, _ := startTemporal(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tc, err := client.DialContext(ctx, client.Options{HostPort: ts.FrontendAddr(), Logger: tlog.NewStructuredLogger(quiet)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
 	const queue = "fleet-test-queue"
 	w := worker.New(tc, queue, worker.Options{})
 	fleetwf.Register(w, &fleetact.Fleet{Store: e.store, Catalog: e.catalog, Temporal: tc, TaskQueue: queue})

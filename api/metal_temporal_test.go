@@ -14,8 +14,6 @@ import (
 
 	"github.com/better-compute/better-compute/internal/testenv"
 
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
 	metalact "github.com/better-compute/better-compute/activities/metal"
@@ -25,7 +23,6 @@ import (
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/rpc"
 	coremetal "github.com/better-compute/better-compute/core/metal"
-	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/testutil"
 	sitewf "github.com/better-compute/better-compute/workflows/metal"
 	"github.com/better-compute/better-compute/workflows/metal/lifecycle"
@@ -135,20 +132,11 @@ func (s *httpSite) ConsoleLog(context.Context, sitewf.ConsoleLogRequest) ([]byte
 func TestMetalMethodsDriveTheWorkflow(t *testing.T) {
 	ctx := context.Background()
 	m := newMetalEnv(t)
-	ts, err := dtemporal.Start(ctx, dtemporal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ts.Stop)
+	tc, temporalAddr := startTemporal(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tc, err := client.DialContext(ctx, client.Options{HostPort: ts.FrontendAddr(), Logger: tlog.NewStructuredLogger(quiet)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
 	const queue = "control-plane"
 	gw, err := agentgateway.New(agentgateway.Deps{Store: m.store, Catalog: m.catalog, Logger: quiet, Secrets: m.vault, Temporal: tc,
-		TemporalAddress: ts.FrontendAddr(), TemporalNamespace: "default", SiteLease: time.Minute})
+		TemporalAddress: temporalAddr, TemporalNamespace: "default", SiteLease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

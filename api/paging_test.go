@@ -146,6 +146,9 @@ func pagingIDs(prefix string, first, n int) []string {
 // duplicate and no gap, the page is never longer than its limit, the last
 // page has no nextCursor, and a malformed cursor is INVALID_INPUT on
 // cursor. A list served later without a case here fails the test.
+// pagingWebhook is the webhook whose deliveries the paging test lists.
+var pagingWebhook = core.NewID("whk")
+
 func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -491,6 +494,29 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO authz_resources (type, id, tenant_id)
 				SELECT $2, id, 'acme' FROM unnest($1::text[]) id`, ids, e.catalog.FullName("profile")); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
+		"webhooks.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
+			ids := pagingIDs("whk", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, event_types, state, secret_kek, secret_sealed,
+					cursor, created_by)
+				SELECT id, 'acme', 'https://example.com/hook', '{*}', 'active', 'kek', '\x00', 0, 'idn_x' FROM unnest($1::text[]) id`, ids); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
+		"webhooks.deliveries": {input: map[string]any{"tenantId": "acme", "webhookId": pagingWebhook}, insert: func(first, n int) []string {
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, event_types, state, secret_kek, secret_sealed,
+					cursor, created_by)
+				VALUES ($1, 'acme', 'https://example.com/hook', '{*}', 'disabled', 'kek', '\x00', 0, 'idn_x') ON CONFLICT DO NOTHING`,
+				pagingWebhook); err != nil {
+				t.Fatal(err)
+			}
+			ids := pagingIDs("msg", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO webhook_deliveries (id, webhook_id, tenant_id, event_type, payload, state)
+				SELECT id, $2, 'acme', 'webhook.ping', '{}', 'delivered' FROM unnest($1::text[]) id`, ids, pagingWebhook); err != nil {
 				t.Fatal(err)
 			}
 			return ids

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
@@ -35,7 +34,6 @@ import (
 	coreimages "github.com/better-compute/better-compute/core/images"
 	nodestate "github.com/better-compute/better-compute/core/nodes"
 	corerollouts "github.com/better-compute/better-compute/core/rollouts"
-	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 	"github.com/better-compute/better-compute/internal/sshsigtest"
 	"github.com/better-compute/better-compute/internal/testutil"
 	"github.com/better-compute/better-compute/store"
@@ -66,17 +64,8 @@ func newRolloutEnv(t *testing.T) *rolloutEnv {
 		t.Fatal(err)
 	}
 	ae := newAgentEnv(t, 5*time.Minute, "", func(d *agentgateway.Deps) { d.Blobs = bs })
-	ts, err := dtemporal.Start(ctx, dtemporal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ts.Stop)
+	tc, _ := startTemporal(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tc, err := client.DialContext(ctx, client.Options{HostPort: ts.FrontendAddr(), Logger: tlog.NewStructuredLogger(quiet)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
 	const queue = "rollouts-test"
 	srv, err := api.New(api.Deps{Store: ae.store, IAM: ae.outer, Catalog: ae.catalog, Logger: quiet, Secrets: ae.vault,
 		Blobs: bs, Temporal: tc, TaskQueue: queue})

@@ -84,6 +84,8 @@ type Deps struct {
 	Blobs blobs.Store
 	// Providers opens capacity providers' APIs (rpc.Deps).
 	Providers providers.Factory
+	// WebhookLoopback lets webhooks reach loopback receivers (rpc.Deps).
+	WebhookLoopback bool
 }
 
 // RouteMounter puts routes on the API's router.
@@ -142,7 +144,8 @@ func New(deps Deps) (*Server, error) {
 	rdeps := rpc.Deps{Store: deps.Store, Temporal: deps.Temporal, TaskQueue: deps.TaskQueue, Catalog: deps.Catalog,
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
 		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts, Secrets: deps.Secrets,
-		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs, Providers: deps.Providers, CloudResources: deps.CloudResources}
+		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs, Providers: deps.Providers, CloudResources: deps.CloudResources,
+		WebhookLoopback: deps.WebhookLoopback}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

@@ -10,14 +10,12 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 
 	metalact "github.com/better-compute/better-compute/activities/metal"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
 	"github.com/better-compute/better-compute/api/metal"
 	"github.com/better-compute/better-compute/api/workflows"
-	dtemporal "github.com/better-compute/better-compute/deploy/temporal"
 )
 
 // signalled counts the signals named name in the run's history.
@@ -44,19 +42,10 @@ func signalled(t *testing.T, tc client.Client, workflowID, name string) int {
 func TestWorkflowsWithTemporal(t *testing.T) {
 	ctx := context.Background()
 	m := newMetalEnv(t)
-	ts, err := dtemporal.Start(ctx, dtemporal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ts.Stop)
+	tc, temporalAddr := startTemporal(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tc, err := client.DialContext(ctx, client.Options{HostPort: ts.FrontendAddr(), Logger: tlog.NewStructuredLogger(quiet)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
 	gw, err := agentgateway.New(agentgateway.Deps{Store: m.store, Catalog: m.catalog, Logger: quiet, Secrets: m.vault, Temporal: tc,
-		TemporalAddress: ts.FrontendAddr(), TemporalNamespace: "default", SiteLease: time.Minute})
+		TemporalAddress: temporalAddr, TemporalNamespace: "default", SiteLease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/better-compute/better-compute/deploy/devstack"
 	"github.com/better-compute/better-compute/internal/testenv"
 	"github.com/better-compute/better-compute/store"
+	"github.com/better-compute/better-compute/store/secrets"
 	"github.com/better-compute/better-compute/workers"
 )
 
@@ -22,11 +24,12 @@ import (
 const (
 	envWorkerDatabase = "BC_E2E_WORKER_DATABASE_URL"
 	envWorkerTemporal = "BC_E2E_WORKER_TEMPORAL"
+	envWorkerKEK      = "BC_E2E_WORKER_KEK_FILE"
 )
 
 func TestMain(m *testing.M) {
 	if db := os.Getenv(envWorkerDatabase); db != "" {
-		if err := runWorker(db, os.Getenv(envWorkerTemporal)); err != nil {
+		if err := runWorker(db, os.Getenv(envWorkerTemporal), os.Getenv(envWorkerKEK)); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
 		}
@@ -35,7 +38,7 @@ func TestMain(m *testing.M) {
 	testenv.Main(m) // the scale-out test's PostgreSQL is the harness's
 }
 
-func runWorker(databaseURL, temporalAddr string) error {
+func runWorker(databaseURL, temporalAddr, kekFile string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	st, err := store.Open(ctx, databaseURL)
@@ -49,7 +52,13 @@ func runWorker(databaseURL, temporalAddr string) error {
 		return err
 	}
 	defer c.Close()
-	w := workers.NewControlPlane(c, workers.Deps{Store: st})
+	keys, err := secrets.LoadKeyring(kekFile, func(string) string { return "" })
+	if err != nil {
+		return err
+	}
+	// As the dev stack's own worker: loopback receivers, a short idle poll.
+	w := workers.NewControlPlane(c, workers.Deps{Store: st, Secrets: secrets.NewVault(keys, "root"),
+		Webhooks: workers.WebhooksTuning{AllowLoopback: true, IdlePoll: 200 * time.Millisecond}})
 	if err := w.Start(); err != nil {
 		return err
 	}

@@ -27,7 +27,8 @@ import (
 func workerProcess(t *testing.T, s *devstack.Stack) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorkerDatabase+"="+s.DatabaseURL(), envWorkerTemporal+"="+s.TemporalAddr())
+	cmd.Env = append(os.Environ(), envWorkerDatabase+"="+s.DatabaseURL(), envWorkerTemporal+"="+s.TemporalAddr(),
+		envWorkerKEK+"="+s.SecretsKEKPath())
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

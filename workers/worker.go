@@ -17,9 +17,11 @@ import (
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	rolloutsact "github.com/better-compute/better-compute/activities/rollouts"
 	sandboxesact "github.com/better-compute/better-compute/activities/sandboxes"
+	webhooksact "github.com/better-compute/better-compute/activities/webhooks"
 	"github.com/better-compute/better-compute/core"
 	coresandboxes "github.com/better-compute/better-compute/core/sandboxes"
 	"github.com/better-compute/better-compute/drivers/providers"
+	webhooksender "github.com/better-compute/better-compute/drivers/webhooks"
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
@@ -33,6 +35,7 @@ import (
 	"github.com/better-compute/better-compute/workflows/rollouts"
 	"github.com/better-compute/better-compute/workflows/sandboxes"
 	"github.com/better-compute/better-compute/workflows/sites"
+	"github.com/better-compute/better-compute/workflows/webhooks"
 )
 
 // Deps are what the control-plane activities need.
@@ -54,6 +57,17 @@ type Deps struct {
 	// CloudResources tunes the cloud-resource reconciler: the waits its
 	// workflows are started with and its bounds (tests shorten them).
 	CloudResources CloudResourcesTuning
+	// Webhooks tunes webhook delivery: loopback receivers allowed (the dev
+	// stack, tests) and the idle poll (0: the default).
+	Webhooks WebhooksTuning
+}
+
+// WebhooksTuning tunes webhook delivery.
+type WebhooksTuning struct {
+	AllowLoopback bool
+	IdlePoll      time.Duration
+	// Timeout bounds one attempt (0: drivers/webhooks.DefaultTimeout).
+	Timeout time.Duration
 }
 
 // CloudResourcesTuning tunes the cloud-resource reconciler (0: defaults).
@@ -92,6 +106,8 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 			return cloudresourcesact.StartResource(ctx, c, ControlPlaneQueue, p)
 		}})
 	rollouts.Register(r, &rolloutsact.Rollouts{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
+	webhooks.Register(r, &webhooksact.Webhooks{Store: deps.Store, Vault: deps.Secrets, Temporal: c, TaskQueue: ControlPlaneQueue,
+		Sender: webhooksender.New(deps.Webhooks.AllowLoopback, deps.Webhooks.Timeout), IdlePoll: deps.Webhooks.IdlePoll})
 	sandboxes.Register(r, &sandboxesact.Sandboxes{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue,
 		SandboxType:  catalogOf(deps).FullName(coresandboxes.ResourceType),
 		SnapshotType: catalogOf(deps).FullName(coresandboxes.SnapshotResourceType), Blobs: deps.Blobs})
@@ -129,6 +145,9 @@ func EnsureSchedules(ctx context.Context, c client.Client) error {
 		return err
 	}
 	if err := instances.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	if err := webhooks.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
 		return err
 	}
 	if err := fleet.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {

@@ -17,18 +17,18 @@ func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	r := temporaltest.NewRegistry()
 	registerControlPlane(r, nil, Deps{})
 	wantWorkflows := []string{"CloudResourceWorkflow", "FleetApplyWorkflow", "HealthCheck", "InstanceWorkflow", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
-		"ReconcileCloudResourcesWorkflow", "ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReconcileRolloutsWorkflow", "ReconcileSandboxesWorkflow", "ReservationWorkflow", "RolloutWorkflow", "SandboxWarmPoolWorkflow", "SandboxWorkflow", "SiteHealthWorkflow"}
+		"ReconcileCloudResourcesWorkflow", "ReconcileFleetAppliesWorkflow", "ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReconcileRolloutsWorkflow", "ReconcileSandboxesWorkflow", "ReconcileWebhooksWorkflow", "ReservationWorkflow", "RolloutWorkflow", "SandboxWarmPoolWorkflow", "SandboxWorkflow", "SiteHealthWorkflow", "WebhookWorkflow"}
 	if got := slices.Sorted(slices.Values(r.Workflows)); !slices.Equal(got, wantWorkflows) {
 		t.Errorf("workflows = %q, want %q", got, wantWorkflows)
 	}
-	wantActivities := []string{"CloudResourceReconcile", "CloudResourcesReconcileAll", "FleetApplyChange", "FleetFinish", "FleetPending", "HealthEcho", "InstanceConverge", "InstanceConvergeProvider", "InstanceMarkFailed",
+	wantActivities := []string{"CloudResourceReconcile", "CloudResourcesReconcileAll", "FleetApplyChange", "FleetFinish", "FleetPending", "FleetReconcile", "HealthEcho", "InstanceConverge", "InstanceConvergeProvider", "InstanceMarkFailed",
 		"InstancesReconcile", "MetalAccept", "MetalAwaitOutcome", "MetalBeginStep", "MetalBootProgress",
 		"MetalCheckImage", "MetalCheckRejoin", "MetalCloseBoot", "MetalEndStep", "MetalEnqueueNodeCommand", "MetalFail",
 		"MetalFinish", "MetalHandRamdiskStep", "MetalIngestInspection", "MetalLoad", "MetalLoadWorkflow", "MetalMarkStarted",
 		"MetalNewBoot", "MetalNodeCommand", "MetalReconcile", "MetalRevokeIdentities", "MetalSetPower", "MetalSetStep", "MetalStartNode",
 		"NodeDrainStep", "NodeMarkDrained", "ReservationBind",
 		"ReservationBindStatus", "ReservationExpire", "ReservationFailBinding", "ReservationMarkActive",
-		"ReservationRelease", "ReservationReleaseLapsed", "ReservationState", "ReservationsReconcile", "RolloutStep", "RolloutsReconcile", "SandboxStep", "SandboxWarmPoolTopUp", "SandboxesReconcile"}
+		"ReservationRelease", "ReservationReleaseLapsed", "ReservationState", "ReservationsReconcile", "RolloutStep", "RolloutsReconcile", "SandboxStep", "SandboxWarmPoolTopUp", "SandboxesReconcile", "WebhookDeliver", "WebhooksReconcile"}
 	if got := slices.Sorted(slices.Values(r.Activities)); !slices.Equal(got, wantActivities) {
 		t.Errorf("activities = %q, want %q", got, wantActivities)
 	}

@@ -99,6 +99,9 @@ type Deps struct {
 	Providers providers.Factory
 	// CloudResources configures the cloud-resources module.
 	CloudResources CloudResourcesConfig
+	// WebhookLoopback lets webhooks reach loopback receivers (the dev stack
+	// and tests); every other private address is refused regardless.
+	WebhookLoopback bool
 }
 
 // CloudResourcesConfig is the cloud-resources module's configuration

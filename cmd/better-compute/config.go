@@ -44,7 +44,13 @@ type config struct {
 	SecretsKEKFile string
 	// BlobDir is the directory images' bytes are kept in (store/blobs.Dir).
 	BlobDir string
+	// WebhooksAllowLoopback ("true") lets webhooks reach loopback
+	// receivers: the dev stack's, never a production platform's.
+	WebhooksAllowLoopback string
 }
+
+// webhookLoopback reports whether webhooks may reach loopback receivers.
+func (c *config) webhookLoopback() bool { return c.WebhooksAllowLoopback == "true" }
 
 // setting ties one flag to its environment variable.
 type setting struct {
@@ -67,6 +73,7 @@ func (c *config) settings(withListen bool) []setting {
 		{"iam-url", "BC_IAM_URL", "base URL of a remote IAM host (better-compute iam-host); empty: the embedded IAM", &c.IAMURL, ""},
 		{"iam-refresh-secret-file", "BC_IAM_REFRESH_SECRET_FILE", "file holding the secret that signs refreshes to the IAM host", &c.IAMRefreshSecretFile, ""},
 		// The worker resolves provider tokens and instances' user data too.
+		{"webhooks-allow-loopback", "BC_WEBHOOKS_ALLOW_LOOPBACK", "true: webhooks may be delivered to loopback receivers (a dev stack's); every other private address is refused regardless", &c.WebhooksAllowLoopback, ""},
 		{"secrets-kek-file", "BC_SECRETS_KEK_FILE", "file (mode 0600) of the secret store's key-encryption keys, base64 of 32 bytes each, the sealing one first; without it BC_SECRETS_KEK holds them", &c.SecretsKEKFile, ""},
 	}
 	if withListen {

@@ -98,7 +98,7 @@ func serveCmd() *cobra.Command {
 				Logger: b.logger, RemoteIAM: remote, NodeCA: agents.ca, AgentEndpoint: agents.endpoint,
 				TemporalAddress: cfg.Temporal.Address, TemporalNamespace: cfg.Temporal.Namespace,
 				ReservationMaxAhead: maxAhead, PublicURL: cfg.PublicURL, SecretsKeys: keys,
-				Blobs: blobStore,
+				Blobs: blobStore, WebhookLoopback: cfg.webhookLoopback(),
 			})
 			if err != nil {
 				return err
@@ -165,7 +165,8 @@ func workerCmd() *cobra.Command {
 				}
 			}
 			w := workers.NewControlPlane(b.temporal, workers.Deps{Store: b.store, Metrics: metrics,
-				Providers: providerFactory, Secrets: secrets.NewVault(keys, cfg.RootTenant), Blobs: blobStore})
+				Providers: providerFactory, Secrets: secrets.NewVault(keys, cfg.RootTenant), Blobs: blobStore,
+				Webhooks: workers.WebhooksTuning{AllowLoopback: cfg.webhookLoopback()}})
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}

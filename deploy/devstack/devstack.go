@@ -71,6 +71,9 @@ type Options struct {
 	// CloudResources tunes the cloud-resource reconciler (tests shorten
 	// its waits).
 	CloudResources workers.CloudResourcesTuning
+	// WebhookIdlePoll is how often an idle webhook looks for new events
+	// (0: the default).
+	WebhookIdlePoll time.Duration
 	// CloudResourceQuotas are the module's per-tenant caps of each kind
 	// (default: 20 of every kind).
 	CloudResourceQuotas cloudresources.Quotas
@@ -268,7 +271,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.worker = workers.NewControlPlane(s.client, workers.Deps{Store: s.store, Metrics: wm,
 			Providers: providerFactory, Secrets: secrets.NewVault(keys, api.DefaultRootTenant), Blobs: blobStore,
-			CloudResources: o.CloudResources})
+			CloudResources: o.CloudResources, Webhooks: workers.WebhooksTuning{AllowLoopback: true, IdlePoll: o.WebhookIdlePoll}})
 		if err = s.worker.Start(); err != nil {
 			return s, fmt.Errorf("worker: %w", err)
 		}
@@ -291,7 +294,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		NodeCA: ca, AgentEndpoint: s.agentURL,
 		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
 		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace, Metrics: metrics,
-		SecretsKeys: keys, Blobs: blobStore,
+		SecretsKeys: keys, Blobs: blobStore, WebhookLoopback: true,
 		CloudResources: rpc.CloudResourcesConfig{Quotas: o.CloudResourceQuotas,
 			ConvergingEvery: o.CloudResources.ConvergingEvery, SettledEvery: o.CloudResources.SettledEvery},
 	}); err != nil {
@@ -485,6 +488,10 @@ func (s *Stack) Client() client.Client { return s.client }
 // Secrets is the API's secret store, sealed with the stack's KEK.
 func (s *Stack) Secrets() *secrets.Vault { return s.cp.Secrets }
 
+// SecretsKEKPath is the file of the stack's key-encryption key, for a
+// worker process of its own to open what the stack sealed.
+func (s *Stack) SecretsKEKPath() string { return filepath.Join(s.opts.Dir, SecretsKEKFile) }
+
 // env is what .dev/env exports, in order.
 func (s *Stack) env() [][2]string {
 	return [][2]string{
@@ -506,6 +513,9 @@ func (s *Stack) env() [][2]string {
 		{"BC_DEMO_IMAGE", s.vps.ImageID},
 		{"BC_SANDBOX_TEMPLATE", s.vps.SandboxTemplateID},
 		{"BC_PROVIDER_URL", s.vps.ProviderURL},
+		// A worker started from this file delivers webhooks to loopback
+		// receivers, as the stack's own does.
+		{"BC_WEBHOOKS_ALLOW_LOOPBACK", "true"},
 	}
 }
 

@@ -95,6 +95,9 @@ type Config struct {
 	Providers providers.Factory
 	// CloudResources configures the cloud-resources module (rpc.Deps).
 	CloudResources rpc.CloudResourcesConfig
+	// WebhookLoopback lets webhooks reach loopback receivers (rpc.Deps):
+	// the dev stack's.
+	WebhookLoopback bool
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -225,6 +228,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
 		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs, Providers: cfg.Providers, CloudResources: cfg.CloudResources,
+		WebhookLoopback: cfg.WebhookLoopback,
 	})
 	if err != nil {
 		return nil, err
