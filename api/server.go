@@ -4,9 +4,11 @@ package api
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -214,7 +216,68 @@ func (s *Server) handleCall(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	if st, ok := out.(rpc.Stream); ok {
+		s.writeStream(c, name, st)
+		return
+	}
 	c.JSON(http.StatusOK, out)
+}
+
+// streamChunk is how much of a streamed answer is buffered before it is
+// flushed to the client; each flush extends the write deadline, so a long
+// export is bounded by its progress, not by the listener's write timeout.
+const streamChunk = 32 << 10
+
+// writeStream answers a Stream: 200, its rows as they come, and the
+// trailers saying how many and whether it ended in an error.
+func (s *Server) writeStream(c *gin.Context, name string, st rpc.Stream) {
+	w := c.Writer
+	w.Header().Set("Content-Type", st.ContentType)
+	w.Header().Set("Trailer", rpc.StreamErrorTrailer+", "+rpc.StreamRowsTrailer)
+	w.WriteHeader(http.StatusOK)
+	sw := &streamWriter{rc: http.NewResponseController(w), w: w}
+	sw.buf = make([]byte, 0, streamChunk)
+	err := st.Write(c.Request.Context(), sw)
+	if err == nil {
+		err = sw.flush()
+	}
+	w.Header().Set(rpc.StreamRowsTrailer, strconv.FormatInt(sw.rows, 10))
+	if err != nil {
+		ce := core.AsError(err)
+		w.Header().Set(rpc.StreamErrorTrailer, string(ce.Code)+": "+ce.Message)
+		if s.deps.Logger != nil {
+			s.deps.Logger.Warn("stream ended in an error", "method", name, "rows", sw.rows, "error", err)
+		}
+	}
+}
+
+type streamWriter struct {
+	rc   *http.ResponseController
+	w    io.Writer
+	buf  []byte
+	rows int64
+}
+
+func (sw *streamWriter) Write(p []byte) (int, error) {
+	sw.buf = append(sw.buf, p...)
+	if len(sw.buf) >= streamChunk {
+		return len(p), sw.flush()
+	}
+	return len(p), nil
+}
+
+func (sw *streamWriter) Row() { sw.rows++ }
+
+func (sw *streamWriter) flush() error {
+	if len(sw.buf) == 0 {
+		return nil
+	}
+	_ = sw.rc.SetWriteDeadline(time.Now().Add(time.Minute)) // unsupported by a test recorder: then none
+	if _, err := sw.w.Write(sw.buf); err != nil {
+		return err
+	}
+	sw.buf = sw.buf[:0]
+	return sw.rc.Flush()
 }
 
 func readBody(c *gin.Context) ([]byte, error) { return httpx.ReadBody(c) }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 )
 
@@ -118,6 +119,13 @@ func operation(m core.Method, s Served, served bool) (map[string]any, error) {
 	responses := map[string]any{
 		"200": map[string]any{"description": "The method's answer.",
 			"content": map[string]any{"application/json": map[string]any{"schema": output}}},
+	}
+	if served && s.Output == reflect.TypeFor[rpc.Stream]() {
+		// Lines written as they are read, with the Bc-Stream-* trailers.
+		text := map[string]any{"schema": map[string]any{"type": "string"}}
+		responses["200"] = map[string]any{"description": "The answer's lines, streamed; the trailers " +
+			rpc.StreamRowsTrailer + " and " + rpc.StreamErrorTrailer + " say how it ended.",
+			"content": map[string]any{"application/x-ndjson": text, "text/csv": text}}
 	}
 	for _, status := range errorStatuses() {
 		responses[strconv.Itoa(status)] = map[string]any{"$ref": "#/components/responses/" + statusName(status)}

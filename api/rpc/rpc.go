@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -499,3 +500,26 @@ type TenantListInput struct {
 type TenantInput struct {
 	TenantID string `json:"tenantId" jsonschema:"required" id:"tenant"`
 }
+
+// Stream is an answer written as it is read, not held in memory (a usage
+// export): the envelope answers 200 with ContentType and calls Write once
+// the decision allowed the call. Write runs outside any transaction of the
+// envelope's (it opens its own). An error once writing began can no longer
+// change the status: the HTTP trailer StreamErrorTrailer carries it, and
+// StreamRowsTrailer how many rows were written.
+type Stream struct {
+	ContentType string                                          `json:"-"`
+	Write       func(ctx context.Context, w StreamWriter) error `json:"-"`
+}
+
+// StreamWriter is where a Stream writes its rows; Row counts one.
+type StreamWriter interface {
+	io.Writer
+	Row()
+}
+
+// The trailers of a streamed answer.
+const (
+	StreamErrorTrailer = "Bc-Stream-Error"
+	StreamRowsTrailer  = "Bc-Stream-Rows"
+)

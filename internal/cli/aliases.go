@@ -62,6 +62,10 @@ var parts = map[string][2]string{
 	"fleet.export": {"document", "document"},
 }
 
+// streamed are the methods whose answer is a stream of lines (rpc.Stream),
+// copied to standard output as it comes, whatever -o says.
+var streamed = map[string]bool{"usage.export": true}
+
 // fileOf reads --flag's file, or standard input for "-", bounded by limit
 // bytes (a secret's: 64 KiB of characters, at most 4 bytes each).
 func fileOf(flag string, limit int) func(path string) (any, error) {

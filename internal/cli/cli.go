@@ -368,6 +368,11 @@ func methodCmd(o Options, m core.Method) *cobra.Command {
 				return err
 			}
 			client := &api.Client{BaseURL: strings.TrimRight(conn.API, "/"), Token: conn.Token, HTTP: o.HTTP}
+			if streamed[m.FullName()] {
+				// The answer's own lines (CSV, JSON Lines), as they come.
+				_, err := client.Stream(cmd.Context(), m.FullName(), body, o.Stdout)
+				return err
+			}
 			var raw json.RawMessage
 			if err := client.Call(cmd.Context(), m.FullName(), body, &raw); err != nil {
 				return err

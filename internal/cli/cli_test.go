@@ -507,3 +507,20 @@ func TestFleetExportDocumentIsThePlannedFile(t *testing.T) {
 		t.Errorf("plan body %v", b)
 	}
 }
+
+// A streamed answer (usage export) goes to standard output as it is,
+// whatever -o says.
+func TestUsageExportWritesTheLines(t *testing.T) {
+	const lines = "{\"intervalId\":1}\n{\"intervalId\":2}\n"
+	e := newEnv(t, func(string, map[string]any) (int, string) { return 200, lines })
+	out, err := e.run("usage", "export", "--from", "2025-06-01T00:00:00Z", "--to", "2025-07-01T00:00:00Z", "-o", "table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != lines {
+		t.Fatalf("stdout = %q", out)
+	}
+	if b := e.api.bodies[0]; fmt.Sprint(b["from"]) != "1748736000000" || b["tenantId"] != "acme" {
+		t.Errorf("body %v", b)
+	}
+}

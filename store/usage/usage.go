@@ -83,11 +83,8 @@ func groupAfter(page store.PageQuery) ([]string, error) {
 // reservation, class, gpuModel, ascending); the caller cuts the page
 // (Sum reads one group past it).
 func List(ctx context.Context, tx store.Tx, tenantID, projectID string, from, to int64, groupBy string, page store.PageQuery) (Report, error) {
-	switch {
-	case to <= from:
-		return Report{}, badField("to", "range", "to must be after from")
-	case to-from > MaxWindow.Milliseconds():
-		return Report{}, badField("to", "range", "from and to are at most 366 days apart")
+	if err := CheckWindow(from, to); err != nil {
+		return Report{}, err
 	}
 	if groupBy == "" {
 		groupBy = ByTenant
@@ -108,6 +105,18 @@ func List(ctx context.Context, tx store.Tx, tenantID, projectID string, from, to
 		out.Total += r.GPUHours
 	}
 	return out, err
+}
+
+// CheckWindow refuses an empty window or one longer than MaxWindow
+// (INVALID_INPUT on to).
+func CheckWindow(from, to int64) error {
+	switch {
+	case to <= from:
+		return badField("to", "range", "to must be after from")
+	case to-from > MaxWindow.Milliseconds():
+		return badField("to", "range", "from and to are at most 366 days apart")
+	}
+	return nil
 }
 
 func badField(field, reason, msg string) error {
@@ -148,7 +157,7 @@ func Sum(ctx context.Context, tx store.Tx, q Query) ([]Item, error) {
 	// [$3, $4) is the window. An interval counts for the part of it inside
 	// the window; intervals that miss the window (or, open and started after
 	// now(), have no length yet) are left out, so every span summed is
-	// positive. The sum stays numeric until the division.
+	// positive.
 	first, limit, after := true, -1, []string{"", "", "", ""}
 	if q.Page != nil {
 		var err error
@@ -157,8 +166,12 @@ func Sum(ctx context.Context, tx store.Tx, q Query) ([]Item, error) {
 		}
 		first, limit = q.Page.First(), q.Page.Fetch()
 	}
+	// The sum is of whole unit-microseconds (exact, in numeric), then one
+	// division in float8: what a client summing an export's units ×
+	// microseconds computes, to the bit.
 	rows, err := tx.Query(ctx, `SELECT * FROM (SELECT `+project+` AS p, `+reservation+` AS r, class, gpu_model,
-			(sum(units * extract(epoch FROM least(coalesce(ended_at, now()), $4) - greatest(started_at, $3))) / 3600)::float8
+			sum(units::numeric * (extract(epoch FROM least(coalesce(ended_at, now()), $4) - greatest(started_at, $3)) * 1000000)::bigint)::float8
+				/ 3600000000::float8
 		FROM usage_intervals
 		WHERE tenant_id = $1 AND ($2 = '' OR project_id = $2)
 		  AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3)
@@ -184,4 +197,60 @@ func Sum(ctx context.Context, tx store.Tx, q Query) ([]Item, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// Interval is one metering interval as an export writes it: clipped to the
+// window, what it metered (the class's meter, <class>.hours), how many
+// units it held, and its quantity, units × hours within the window.
+// Microseconds is the clipped length, exact: units × Microseconds / 3.6e9
+// is Quantity, and the sums of a class's unit-microseconds are what
+// usage.list sums.
+type Interval struct {
+	ID            int64   `json:"intervalId"`
+	TenantID      string  `json:"tenantId"`
+	ProjectID     string  `json:"projectId"`
+	ReservationID string  `json:"resourceId"`
+	PoolID        string  `json:"poolId"`
+	Class         string  `json:"class"`
+	Meter         string  `json:"meter"`
+	Unit          string  `json:"unit"`
+	GPUModel      string  `json:"gpuModel"`
+	Units         int     `json:"units"`
+	Start         int64   `json:"start"`
+	End           int64   `json:"end"`
+	Open          bool    `json:"open"`
+	Microseconds  int64   `json:"microseconds"`
+	Quantity      float64 `json:"quantity"`
+}
+
+// Export reads every interval of the tenant (one project's when set) that
+// overlaps [q.From, q.To), oldest first, clipped as Sum clips them, and
+// hands each to row as it is read: nothing is held but the row.
+func Export(ctx context.Context, tx store.Tx, q Query, row func(Interval) error) error {
+	rows, err := tx.Query(ctx, `SELECT id, tenant_id, project_id, reservation_id, pool_id, class, gpu_model, units,
+			`+store.MsOf("greatest(started_at, $3)")+`, `+store.MsOf("least(coalesce(ended_at, now()), $4)")+`,
+			ended_at IS NULL OR ended_at > $4,
+			(extract(epoch FROM least(coalesce(ended_at, now()), $4) - greatest(started_at, $3)) * 1000000)::bigint
+		FROM usage_intervals
+		WHERE tenant_id = $1 AND ($2 = '' OR project_id = $2)
+		  AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3)
+		  AND least(coalesce(ended_at, now()), $4) > greatest(started_at, $3)
+		ORDER BY started_at, id`, q.TenantID, q.ProjectID, q.From, q.To)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var it Interval
+		if err := rows.Scan(&it.ID, &it.TenantID, &it.ProjectID, &it.ReservationID, &it.PoolID, &it.Class, &it.GPUModel, &it.Units,
+			&it.Start, &it.End, &it.Open, &it.Microseconds); err != nil {
+			return err
+		}
+		it.Meter, it.Unit = it.Class+".hours", "hour"
+		it.Quantity = float64(it.Units) * float64(it.Microseconds) / 3.6e9
+		if err := row(it); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
