@@ -6,14 +6,13 @@ package webhooks
 import (
 	"context"
 
+	act "github.com/better-compute/better-compute/activities/webhooks"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
 	rules "github.com/better-compute/better-compute/core/webhooks"
 	sender "github.com/better-compute/better-compute/drivers/webhooks"
 	"github.com/better-compute/better-compute/store"
 	domain "github.com/better-compute/better-compute/store/webhooks"
-
-	act "github.com/better-compute/better-compute/activities/webhooks"
 )
 
 // Webhook is a subscription, never with its secret.
@@ -96,16 +95,16 @@ type EventTypes struct {
 
 // The methods.
 const (
-	Create         rpc.Ref[CreateInput, Created]            = "webhooks.create"
-	ListMethod     rpc.Ref[ListInput, List]                 = "webhooks.list"
-	Get            rpc.Ref[WebhookInput, Webhook]           = "webhooks.get"
-	Update         rpc.Ref[UpdateInput, Webhook]            = "webhooks.update"
-	RotateSecret   rpc.Ref[WebhookInput, Created]           = "webhooks.rotateSecret"
-	Delete         rpc.Ref[WebhookInput, Webhook]           = "webhooks.delete"
-	Ping           rpc.Ref[WebhookInput, Delivery]          = "webhooks.ping"
-	DeliveriesList rpc.Ref[DeliveriesInput, Deliveries]     = "webhooks.deliveries"
-	Redeliver      rpc.Ref[RedeliverInput, Delivery]        = "webhooks.redeliver"
-	EventTypesList rpc.Ref[rpc.TenantListInput, EventTypes] = "webhooks.eventTypes"
+	Create         rpc.Ref[CreateInput, Created]        = "webhooks.create"
+	ListMethod     rpc.Ref[ListInput, List]             = "webhooks.list"
+	Get            rpc.Ref[WebhookInput, Webhook]       = "webhooks.get"
+	Update         rpc.Ref[UpdateInput, Webhook]        = "webhooks.update"
+	RotateSecret   rpc.Ref[WebhookInput, Created]       = "webhooks.rotateSecret"
+	Delete         rpc.Ref[WebhookInput, Webhook]       = "webhooks.delete"
+	Ping           rpc.Ref[WebhookInput, Delivery]      = "webhooks.ping"
+	DeliveriesList rpc.Ref[DeliveriesInput, Deliveries] = "webhooks.deliveries"
+	Redeliver      rpc.Ref[RedeliverInput, Delivery]    = "webhooks.redeliver"
+	EventTypesList rpc.Ref[rpc.TenantInput, EventTypes] = "webhooks.eventTypes"
 )
 
 const action, decidedOn, phase = "compute:webhooks:manage", "compute-tenant", "v0.3"
@@ -207,8 +206,8 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 			After: func(ctx context.Context, c *rpc.Call, in RedeliverInput, out Delivery) (Delivery, error) {
 				return out, wake(ctx, c, in.WebhookID)
 			}},
-		&rpc.Method[rpc.TenantListInput, EventTypes]{Name: EventTypesList, Action: action, DecidedOn: decidedOn, Phase: "served, no §9.2 row", Kind: core.KindRead,
-			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in rpc.TenantListInput) (EventTypes, error) {
+		&rpc.Method[rpc.TenantInput, EventTypes]{Name: EventTypesList, Action: action, DecidedOn: decidedOn, Phase: "served, no §9.2 row", Kind: core.KindRead,
+			Run: func(ctx context.Context, c *rpc.Call, tx store.Tx, in rpc.TenantInput) (EventTypes, error) {
 				return EventTypes{Types: rules.EventTypes()}, nil
 			}},
 	}
