@@ -49,7 +49,7 @@ CREATE TABLE webhook_deliveries (
 );
 CREATE UNIQUE INDEX webhook_deliveries_event ON webhook_deliveries (webhook_id, event_id) WHERE event_id <> '';
 CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook_id, ordinal) WHERE state = 'pending';
-CREATE INDEX webhook_deliveries_list ON webhook_deliveries (webhook_id, created_at DESC, id DESC);
+CREATE INDEX webhook_deliveries_list ON webhook_deliveries (webhook_id, ordinal DESC);
 
 -- Each attempt: the receiver's status (0: no answer), latency, the start of
 -- its answer (at most 1 KiB) or the error.

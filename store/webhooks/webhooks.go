@@ -71,10 +71,13 @@ type Delivery struct {
 	DeliveredAt   *int64          `json:"deliveredAt,omitempty"`
 	Payload       json.RawMessage `json:"payload"`
 	LastAttempts  []Attempt       `json:"lastAttempts"`
+	// ordinal is its place in its webhook's send order.
+	ordinal int64
 }
 
-// Key is the delivery's place in its webhook's list (newest first).
-func (d Delivery) Key() store.Key { return store.Key{At: d.CreatedAt, ID: d.ID} }
+// Key is the delivery's place in its webhook's list: send order, newest
+// first.
+func (d Delivery) Key() store.Key { return store.Key{Seq: d.ordinal} }
 
 // Attempt is one try at a delivery.
 type Attempt struct {
@@ -243,7 +246,7 @@ func Delete(ctx context.Context, tx store.Tx, tenantID, id string) (Webhook, err
 	return w, err
 }
 
-const deliveryColumns = `d.id, d.webhook_id, d.event_id, d.event_type, d.state, d.attempts,
+const deliveryColumns = `d.ordinal, d.id, d.webhook_id, d.event_id, d.event_type, d.state, d.attempts,
 	CASE WHEN d.state = 'pending' THEN (floor(extract(epoch FROM d.next_attempt_at) * 1000)::bigint) END,
 	(floor(extract(epoch FROM d.created_at) * 1000)::bigint),
 	CASE WHEN d.delivered_at IS NULL THEN NULL ELSE (floor(extract(epoch FROM d.delivered_at) * 1000)::bigint) END, d.payload`
@@ -251,13 +254,13 @@ const deliveryColumns = `d.id, d.webhook_id, d.event_id, d.event_type, d.state, 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var d Delivery
 	var payload []byte
-	err := row.Scan(&d.ID, &d.WebhookID, &d.EventID, &d.EventType, &d.State, &d.Attempts, &d.NextAttemptAt, &d.CreatedAt,
+	err := row.Scan(&d.ordinal, &d.ID, &d.WebhookID, &d.EventID, &d.EventType, &d.State, &d.Attempts, &d.NextAttemptAt, &d.CreatedAt,
 		&d.DeliveredAt, &payload)
 	d.Payload, d.LastAttempts = payload, []Attempt{}
 	return d, err
 }
 
-// Deliveries reads a live webhook's deliveries, newest first, each with its
+// Deliveries reads a live webhook's deliveries, last queued first, each with its
 // last attempts (newest first).
 func Deliveries(ctx context.Context, tx store.Tx, tenantID, webhookID string, page store.PageQuery) ([]Delivery, error) {
 	if _, err := Get(ctx, tx, tenantID, webhookID); err != nil {
@@ -265,8 +268,7 @@ func Deliveries(ctx context.Context, tx store.Tx, tenantID, webhookID string, pa
 	}
 	after := page.AfterKey()
 	rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries d WHERE d.webhook_id = $1
-		AND ($3 = '' OR (`+store.MsOf("d.created_at")+`, d.id) < ($4, $3))
-		ORDER BY `+store.MsOf("d.created_at")+` DESC, d.id DESC LIMIT $2`, webhookID, page.Fetch(), after.ID, after.At)
+		AND ($3 = 0 OR d.ordinal < $3) ORDER BY d.ordinal DESC LIMIT $2`, webhookID, page.Fetch(), after.Seq)
 	if err != nil {
 		return nil, err
 	}
