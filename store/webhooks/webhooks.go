@@ -92,11 +92,10 @@ type Attempt struct {
 // lastAttempts is how many attempts a delivery answers with.
 const lastAttempts = 5
 
-const columns = `w.id, w.tenant_id, w.url, w.description, w.event_types, w.state, w.secret_version,
-	CASE WHEN w.previous_until > now() THEN ` + `(floor(extract(epoch FROM w.previous_until) * 1000)::bigint) END,
-	w.last_error, CASE WHEN w.failing_since IS NULL THEN NULL ELSE (floor(extract(epoch FROM w.failing_since) * 1000)::bigint) END,
+var columns = `w.id, w.tenant_id, w.url, w.description, w.event_types, w.state, w.secret_version,
+	CASE WHEN w.previous_until > now() THEN ` + store.MsOf("w.previous_until") + ` END, w.last_error, ` + store.MsOf("w.failing_since") + `,
 	(SELECT count(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.state = 'pending'),
-	w.created_by, (floor(extract(epoch FROM w.created_at) * 1000)::bigint), (floor(extract(epoch FROM w.updated_at) * 1000)::bigint)`
+	w.created_by, ` + store.MsOf("w.created_at") + `, ` + store.MsOf("w.updated_at")
 
 func scan(row pgx.Row) (Webhook, error) {
 	var w Webhook
@@ -246,10 +245,9 @@ func Delete(ctx context.Context, tx store.Tx, tenantID, id string) (Webhook, err
 	return w, err
 }
 
-const deliveryColumns = `d.ordinal, d.id, d.webhook_id, d.event_id, d.event_type, d.state, d.attempts,
-	CASE WHEN d.state = 'pending' THEN (floor(extract(epoch FROM d.next_attempt_at) * 1000)::bigint) END,
-	(floor(extract(epoch FROM d.created_at) * 1000)::bigint),
-	CASE WHEN d.delivered_at IS NULL THEN NULL ELSE (floor(extract(epoch FROM d.delivered_at) * 1000)::bigint) END, d.payload`
+var deliveryColumns = `d.ordinal, d.id, d.webhook_id, d.event_id, d.event_type, d.state, d.attempts,
+	CASE WHEN d.state = 'pending' THEN ` + store.MsOf("d.next_attempt_at") + ` END, ` + store.MsOf("d.created_at") + `, ` +
+	store.MsOf("d.delivered_at") + `, d.payload`
 
 func scanDelivery(row pgx.Row) (Delivery, error) {
 	var d Delivery
@@ -276,25 +274,33 @@ func Deliveries(ctx context.Context, tx store.Tx, tenantID, webhookID string, pa
 	if err != nil {
 		return nil, err
 	}
-	for i := range out {
-		if out[i].LastAttempts, err = attempts(ctx, tx, out[i].ID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return out, withAttempts(ctx, tx, out)
 }
 
-func attempts(ctx context.Context, tx store.DBTX, deliveryID string) ([]Attempt, error) {
-	rows, err := tx.Query(ctx, `SELECT n, (floor(extract(epoch FROM at) * 1000)::bigint), status_code, latency_ms, response, error
-		FROM webhook_attempts WHERE delivery_id = $1 ORDER BY n DESC LIMIT $2`, deliveryID, lastAttempts)
-	if err != nil {
-		return nil, err
+// withAttempts fills each delivery's last attempts, in one query for all.
+func withAttempts(ctx context.Context, tx store.DBTX, ds []Delivery) error {
+	ids := make([]string, len(ds))
+	at := map[string]int{}
+	for i, d := range ds {
+		ids[i], at[d.ID] = d.ID, i
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+	rows, err := tx.Query(ctx, `SELECT delivery_id, n, `+store.MsOf("at")+`, status_code, latency_ms, response, error
+		FROM (SELECT *, row_number() OVER (PARTITION BY delivery_id ORDER BY n DESC) AS rank
+			FROM webhook_attempts WHERE delivery_id = ANY($1)) a
+		WHERE rank <= $2 ORDER BY delivery_id, n DESC`, ids, lastAttempts)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
 		var a Attempt
-		err := r.Scan(&a.N, &a.At, &a.StatusCode, &a.LatencyMs, &a.Response, &a.Error)
-		return a, err
-	})
+		if err := rows.Scan(&id, &a.N, &a.At, &a.StatusCode, &a.LatencyMs, &a.Response, &a.Error); err != nil {
+			return err
+		}
+		ds[at[id]].LastAttempts = append(ds[at[id]].LastAttempts, a)
+	}
+	return rows.Err()
 }
 
 func getDelivery(ctx context.Context, tx store.DBTX, webhookID, id string) (Delivery, error) {
@@ -306,8 +312,9 @@ func getDelivery(ctx context.Context, tx store.DBTX, webhookID, id string) (Deli
 	if err != nil {
 		return Delivery{}, err
 	}
-	d.LastAttempts, err = attempts(ctx, tx, d.ID)
-	return d, err
+	ds := []Delivery{d}
+	err = withAttempts(ctx, tx, ds)
+	return ds[0], err
 }
 
 // Redeliver queues one of a live webhook's deliveries again, to go out
