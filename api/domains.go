@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/better-compute/better-compute/api/batches"
 	"github.com/better-compute/better-compute/api/capacity"
 	"github.com/better-compute/better-compute/api/cloudresources"
 	"github.com/better-compute/better-compute/api/drivers"
@@ -54,5 +55,6 @@ var Domains = []rpc.Domain{
 	fleet.Methods,
 	sandboxes.Methods,
 	rollouts.Methods,
+	batches.Methods,
 	webhooks.Methods,
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -370,18 +369,8 @@ func (s *Server) filterItems(ctx context.Context, c *Call, items []rpc.Item) ([]
 // writeAudit records an allowed mutation's admission context in the
 // mutation's own transaction.
 func writeAudit(ctx context.Context, tx store.Tx, c *Call) error {
-	k := c.Caller
-	_, err := tx.Exec(ctx, `INSERT INTO audit_events
-		(id, tenant_id, method, action, resource_type, resource_id, identity_id, identity_kind,
-		 session_id, session_kind, mfa, agent_id, delegated_by, request_id, source_ip, override)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,NULLIF($12,''),NULLIF($13,''),$14,NULLIF($15,''),$16)`,
-		core.NewID("aud"), c.TenantID, c.Method.FullName(), c.Action, c.Resource.Type, c.Resource.ID,
-		k.IdentityID, k.IdentityKind, k.SessionID, k.SessionKind, k.MFA, k.AgentID, k.DelegatedBy,
-		c.Cred.RequestID, c.Cred.SourceIP, c.Override)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	return nil
+	return store.WriteAudit(ctx, tx, store.Audit{TenantID: c.TenantID, Method: c.Method.FullName(), Action: c.Action,
+		ResourceType: c.Resource.Type, ResourceID: c.Resource.ID, Caller: c.AuditCaller(), Override: c.Override})
 }
 
 // metricName keeps the metric's label set bounded: unknown names share one.

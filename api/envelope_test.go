@@ -476,6 +476,7 @@ func TestRootOverride(t *testing.T) {
 
 func TestPlannedMethodsAnswerUnsupported(t *testing.T) {
 	e := newEnv(t)
+	e.url = e.serveDomains(withoutBatches())
 	status, body := e.call(e.boot.UserToken, "commandBatches.get", `{"tenantId":"acme"}`)
 	var out struct {
 		Error core.Error `json:"error"`

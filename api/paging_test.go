@@ -498,6 +498,15 @@ func TestEveryListPagesWithoutGapsOrDuplicates(t *testing.T) {
 			}
 			return ids
 		}},
+		"commandBatches.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
+			ids := pagingIDs("batch", first, n)
+			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO command_batches (id, tenant_id, state, commands, selection, nodes, digest,
+					quorum, concurrency, max_failures, node_timeout_s, approval_ttl_s, created_by, creator)
+				SELECT id, 'acme', 'cancelled', '[]', '{}', '{}', 'sha256:x', 1, 1, 0, 60, 60, 'idn_x', '{}' FROM unnest($1::text[]) id`, ids); err != nil {
+				t.Fatal(err)
+			}
+			return ids
+		}},
 		"webhooks.list": {input: map[string]any{"tenantId": "acme"}, insert: func(first, n int) []string {
 			ids := pagingIDs("whk", first, n)
 			if _, err := e.store.Pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, event_types, state, secret_kek, secret_sealed,

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	batchesact "github.com/better-compute/better-compute/activities/batches"
 	nodesact "github.com/better-compute/better-compute/activities/nodes"
 	rolloutsact "github.com/better-compute/better-compute/activities/rollouts"
 	"github.com/better-compute/better-compute/activities/visibility"
@@ -40,13 +41,14 @@ import (
 	"github.com/better-compute/better-compute/store/blobs"
 	imagesdomain "github.com/better-compute/better-compute/store/images"
 	nodesdomain "github.com/better-compute/better-compute/store/nodes"
+	workflowbatches "github.com/better-compute/better-compute/workflows/batches"
 	workflownodes "github.com/better-compute/better-compute/workflows/nodes"
 	workflowrollouts "github.com/better-compute/better-compute/workflows/rollouts"
 )
 
 // rolloutEnv is the agent gateway (with a blob store, so it serves release
 // artifacts) and the API over a real Temporal whose worker runs the
-// rollout and drain workflows, with a pool of four nodes.
+// rollout, drain and command batch workflows, with a pool of four nodes.
 type rolloutEnv struct {
 	*agentEnv
 	tc    client.Client
@@ -68,7 +70,7 @@ func newRolloutEnv(t *testing.T) *rolloutEnv {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const queue = "rollouts-test"
 	srv, err := api.New(api.Deps{Store: ae.store, IAM: ae.outer, Catalog: ae.catalog, Logger: quiet, Secrets: ae.vault,
-		Blobs: bs, Temporal: tc, TaskQueue: queue})
+		Blobs: bs, Temporal: tc, TaskQueue: queue, Approvers: ae.admin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +80,7 @@ func newRolloutEnv(t *testing.T) *rolloutEnv {
 	w := worker.New(tc, queue, worker.Options{})
 	workflowrollouts.Register(w, &rolloutsact.Rollouts{Store: ae.store, Temporal: tc, TaskQueue: queue})
 	workflownodes.Register(w, &nodesact.Nodes{Store: ae.store, Temporal: tc})
+	workflowbatches.Register(w, &batchesact.Batches{Store: ae.store, Temporal: tc, TaskQueue: queue})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}

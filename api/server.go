@@ -88,6 +88,8 @@ type Deps struct {
 	Providers providers.Factory
 	// WebhookLoopback lets webhooks reach loopback receivers (rpc.Deps).
 	WebhookLoopback bool
+	// Approvers answers approvers' registered keys (rpc.Deps).
+	Approvers rpc.ApproverKeys
 }
 
 // RouteMounter puts routes on the API's router.
@@ -147,7 +149,7 @@ func New(deps Deps) (*Server, error) {
 		RootTenant: deps.RootTenant, Logger: deps.Logger, NodeCA: deps.NodeCA, ReservationMaxAhead: deps.ReservationMaxAhead,
 		PublicURL: deps.PublicURL, ReservationStarts: deps.ReservationStarts, Secrets: deps.Secrets,
 		IAM: deps.IAM, Metal: deps.Metal, Blobs: deps.Blobs, Providers: deps.Providers, CloudResources: deps.CloudResources,
-		WebhookLoopback: deps.WebhookLoopback}
+		WebhookLoopback: deps.WebhookLoopback, Approvers: deps.Approvers}
 	descriptors := s.systemMethods()
 	for _, domain := range deps.Domains {
 		descriptors = append(descriptors, domain(rdeps)...)

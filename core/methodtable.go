@@ -590,3 +590,17 @@ var explicitSchemas = map[string][]Field{
 		crsKind, {Name: "providerId", Type: FieldString, Required: true, MaxLength: 200}, crsName, crsDescription, IdempotencyKeyField()},
 	"cloudResources.release": {TenantIDField(), IDField("resourceId", "crs", true)},
 }
+
+// ActionOf is the action of a method in the method table (its first
+// decision's, for a method decided on alternatives).
+func ActionOf(method string) (string, error) {
+	if tableErr != nil {
+		return "", tableErr
+	}
+	for _, m := range tableMethods {
+		if m.FullName() == method && len(m.Decisions) > 0 {
+			return m.Decisions[0].Action, nil
+		}
+	}
+	return "", fmt.Errorf("method %s is not in the method table", method)
+}

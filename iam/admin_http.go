@@ -82,7 +82,13 @@ func adminMethods() map[string]adminMethod {
 			es, err := a.AuditEntries(ctx, in)
 			return adminItems[AuditEntry]{es}, err
 		}),
-		"verifyAudit": adminCall((*Admin).VerifyAudit),
+		"verifyAudit":       adminCall((*Admin).VerifyAudit),
+		"addApproverKey":    adminCall((*Admin).AddApproverKey),
+		"removeApproverKey": adminCall((*Admin).RemoveApproverKey),
+		"listApproverKeys": adminCall(func(a *Admin, ctx context.Context, in ListApproverKeysInput) (adminItems[ApproverKey], error) {
+			ks, err := a.ListApproverKeys(ctx, in)
+			return adminItems[ApproverKey]{ks}, err
+		}),
 	}
 }
 
@@ -91,7 +97,7 @@ func adminMethods() map[string]adminMethod {
 // getTenant, createIdentity, getIdentity, setIdentityGroups,
 // disableIdentity, createToken, revokeToken, putPolicy, deletePolicy,
 // listPolicies, addRelation, removeRelation, listRelations, auditEntries,
-// verifyAudit. It answers the API's error shape
+// verifyAudit, addApproverKey, removeApproverKey, listApproverKeys. It answers the API's error shape
 // {"error":{"code","message","details"}} with its statuses (400, 401, 403,
 // 404, 409, 500; 405 for another HTTP method).
 //

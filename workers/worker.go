@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	batchesact "github.com/better-compute/better-compute/activities/batches"
 	cloudresourcesact "github.com/better-compute/better-compute/activities/cloudresources"
 	fleetact "github.com/better-compute/better-compute/activities/fleet"
 	healthact "github.com/better-compute/better-compute/activities/health"
@@ -25,6 +26,7 @@ import (
 	"github.com/better-compute/better-compute/store"
 	"github.com/better-compute/better-compute/store/blobs"
 	"github.com/better-compute/better-compute/store/secrets"
+	"github.com/better-compute/better-compute/workflows/batches"
 	"github.com/better-compute/better-compute/workflows/cloudresources"
 	"github.com/better-compute/better-compute/workflows/fleet"
 	"github.com/better-compute/better-compute/workflows/health"
@@ -106,6 +108,7 @@ func registerControlPlane(r worker.Registry, c client.Client, deps Deps) {
 			return cloudresourcesact.StartResource(ctx, c, ControlPlaneQueue, p)
 		}})
 	rollouts.Register(r, &rolloutsact.Rollouts{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
+	batches.Register(r, &batchesact.Batches{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue})
 	webhooks.Register(r, &webhooksact.Webhooks{Store: deps.Store, Vault: deps.Secrets, Temporal: c, TaskQueue: ControlPlaneQueue,
 		Sender: webhooksender.New(deps.Webhooks.AllowLoopback, deps.Webhooks.Timeout), IdlePoll: deps.Webhooks.IdlePoll})
 	sandboxes.Register(r, &sandboxesact.Sandboxes{Store: deps.Store, Temporal: c, TaskQueue: ControlPlaneQueue,
@@ -154,6 +157,9 @@ func EnsureSchedules(ctx context.Context, c client.Client) error {
 		return err
 	}
 	if err := rollouts.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
+		return err
+	}
+	if err := batches.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {
 		return err
 	}
 	if err := cloudresources.EnsureSchedule(ctx, c, ControlPlaneQueue); err != nil {

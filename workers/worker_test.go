@@ -16,12 +16,12 @@ import (
 func TestControlPlaneRegistersEveryDomainOnce(t *testing.T) {
 	r := temporaltest.NewRegistry()
 	registerControlPlane(r, nil, Deps{})
-	wantWorkflows := []string{"CloudResourceWorkflow", "FleetApplyWorkflow", "HealthCheck", "InstanceWorkflow", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
-		"ReconcileCloudResourcesWorkflow", "ReconcileFleetAppliesWorkflow", "ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReconcileRolloutsWorkflow", "ReconcileSandboxesWorkflow", "ReconcileWebhooksWorkflow", "ReservationWorkflow", "RolloutWorkflow", "SandboxWarmPoolWorkflow", "SandboxWorkflow", "SiteHealthWorkflow", "WebhookWorkflow"}
+	wantWorkflows := []string{"CloudResourceWorkflow", "CommandBatchWorkflow", "FleetApplyWorkflow", "HealthCheck", "InstanceWorkflow", "MetalBulkWorkflow", "MetalLifecycleWorkflow", "NodeDrainWorkflow",
+		"ReconcileCloudResourcesWorkflow", "ReconcileCommandBatchesWorkflow", "ReconcileFleetAppliesWorkflow", "ReconcileInstancesWorkflow", "ReconcileMetalWorkflow", "ReconcileReservationsWorkflow", "ReconcileRolloutsWorkflow", "ReconcileSandboxesWorkflow", "ReconcileWebhooksWorkflow", "ReservationWorkflow", "RolloutWorkflow", "SandboxWarmPoolWorkflow", "SandboxWorkflow", "SiteHealthWorkflow", "WebhookWorkflow"}
 	if got := slices.Sorted(slices.Values(r.Workflows)); !slices.Equal(got, wantWorkflows) {
 		t.Errorf("workflows = %q, want %q", got, wantWorkflows)
 	}
-	wantActivities := []string{"CloudResourceReconcile", "CloudResourcesReconcileAll", "FleetApplyChange", "FleetFinish", "FleetPending", "FleetReconcile", "HealthEcho", "InstanceConverge", "InstanceConvergeProvider", "InstanceMarkFailed",
+	wantActivities := []string{"CloudResourceReconcile", "CloudResourcesReconcileAll", "CommandBatchStep", "CommandBatchesReconcile", "FleetApplyChange", "FleetFinish", "FleetPending", "FleetReconcile", "HealthEcho", "InstanceConverge", "InstanceConvergeProvider", "InstanceMarkFailed",
 		"InstancesReconcile", "MetalAccept", "MetalAwaitOutcome", "MetalBeginStep", "MetalBootProgress",
 		"MetalCheckImage", "MetalCheckRejoin", "MetalCloseBoot", "MetalEndStep", "MetalEnqueueNodeCommand", "MetalFail",
 		"MetalFinish", "MetalHandRamdiskStep", "MetalIngestInspection", "MetalLoad", "MetalLoadWorkflow", "MetalMarkStarted",

@@ -147,10 +147,7 @@ func Methods(d rpc.Deps) []rpc.Descriptor {
 				if err := rootOnly(d, c); err != nil {
 					return Apply{}, err
 				}
-				k := c.Caller
-				return domain.StartApply(ctx, tx, c.TenantID, domain.Caller{IdentityID: k.IdentityID, IdentityKind: k.IdentityKind,
-					SessionID: k.SessionID, SessionKind: k.SessionKind, MFA: k.MFA, AgentID: k.AgentID, DelegatedBy: k.DelegatedBy,
-					RequestID: c.Cred.RequestID, SourceIP: c.Cred.SourceIP}, in.PlanID, in.Digest)
+				return domain.StartApply(ctx, tx, c.TenantID, c.AuditCaller(), in.PlanID, in.Digest)
 			},
 			After: func(ctx context.Context, c *rpc.Call, in ApplyInput, out Apply) (Apply, error) {
 				if d.Temporal == nil {

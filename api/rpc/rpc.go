@@ -54,6 +54,23 @@ type Call struct {
 // ScopeMine is the owner scope whose rows the SQL, not IAM, filters.
 const ScopeMine = "mine"
 
+// ApproverKeys answers the live approver keys of a live person of a
+// tenant (none for anyone else).
+type ApproverKeys interface {
+	ApproverKeys(ctx context.Context, tenantID, identityID string) ([]iam.ApproverKey, error)
+}
+
+// AuditCaller is the call's admission context as its audit rows record it.
+func (c *Call) AuditCaller() store.Caller {
+	k := c.Caller
+	if k == nil {
+		return store.Caller{RequestID: c.Cred.RequestID, SourceIP: c.Cred.SourceIP}
+	}
+	return store.Caller{IdentityID: k.IdentityID, IdentityKind: k.IdentityKind, SessionID: k.SessionID,
+		SessionKind: k.SessionKind, MFA: k.MFA, AgentID: k.AgentID, DelegatedBy: k.DelegatedBy,
+		RequestID: c.Cred.RequestID, SourceIP: c.Cred.SourceIP}
+}
+
 // Request is the call's question to IAM about r.
 func (c *Call) Request(r iam.Resource) iam.Request {
 	return iam.Request{Caller: c.Caller, TenantID: c.DecisionTenant, Action: c.Action, Resource: r, RequestID: c.Cred.RequestID}
@@ -100,6 +117,10 @@ type Deps struct {
 	Providers providers.Factory
 	// CloudResources configures the cloud-resources module.
 	CloudResources CloudResourcesConfig
+	// Approvers answers the approver keys registered for an identity (the
+	// embedded IAM's admin service); nil answers commandBatches.approve and
+	// cancel UNAVAILABLE.
+	Approvers ApproverKeys
 	// WebhookLoopback lets webhooks reach loopback receivers (the dev stack
 	// and tests); every other private address is refused regardless.
 	WebhookLoopback bool

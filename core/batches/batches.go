@@ -23,6 +23,11 @@ import (
 // made for anything else (an image, a git commit) never approves a batch.
 const SignatureNamespace = "better-compute-command-batch"
 
+// CancelNamespace is the SSHSIG namespace of a cancellation, signed over
+// the same digest: an approval is never replayed as a cancel, nor the
+// other way round.
+const CancelNamespace = "better-compute-command-batch-cancel"
+
 // destructive are the node command kinds a batch runs only behind a
 // quorum: they lose work or state on the node.
 var destructive = []string{"exec", "reboot"}
@@ -117,14 +122,15 @@ func Quorate(digest, creator string, quorum int, approvals []Approval, now time.
 }
 
 // VerifySignature checks an armored SSHSIG signature of digest, in
-// SignatureNamespace, against an approver's registered key.
-func VerifySignature(digest, armored string, key ssh.PublicKey) error {
+// namespace (SignatureNamespace or CancelNamespace), against an
+// approver's registered key.
+func VerifySignature(namespace, digest, armored string, key ssh.PublicKey) error {
 	sig, err := sshsig.Unarmor([]byte(strings.TrimSpace(armored)))
 	if err != nil {
 		return core.Errorf(core.CodeInvalidInput, "signature: not an armored SSH signature: %v", err).
 			WithDetails(map[string]any{"field": "signature", "reason": "format"})
 	}
-	if err := sshsig.Verify(strings.NewReader(digest), sig, key, sig.HashAlgorithm, SignatureNamespace); err != nil {
+	if err := sshsig.Verify(strings.NewReader(digest), sig, key, sig.HashAlgorithm, namespace); err != nil {
 		return refused("signature", "the signature does not verify with the approver's key over the batch's digest")
 	}
 	return nil

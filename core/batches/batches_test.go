@@ -91,19 +91,20 @@ func TestVerifySignatureIsSSHSIGInTheBatchNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := must(Digest(batch("node_a")))
-	if err := VerifySignature(d, key.SignBytes(t, SignatureNamespace, []byte(d)), pub); err != nil {
+	if err := VerifySignature(SignatureNamespace, d, key.SignBytes(t, SignatureNamespace, []byte(d)), pub); err != nil {
 		t.Fatalf("a good signature: %v", err)
 	}
 	for name, sig := range map[string]string{
 		"another digest":    key.SignBytes(t, SignatureNamespace, []byte("sha256:00")),
 		"another namespace": key.SignBytes(t, "file", []byte(d)),
+		"a cancellation":    key.SignBytes(t, CancelNamespace, []byte(d)),
 		"another key":       sshsigtest.NewKey(t, "other").SignBytes(t, SignatureNamespace, []byte(d)),
 	} {
-		if ce := core.AsError(VerifySignature(d, sig, pub)); ce == nil || ce.Details["reason"] != "signature" {
+		if ce := core.AsError(VerifySignature(SignatureNamespace, d, sig, pub)); ce == nil || ce.Details["reason"] != "signature" {
 			t.Errorf("%s: %v, want refused", name, ce)
 		}
 	}
-	if ce := core.AsError(VerifySignature(d, "not a signature", pub)); ce == nil || ce.Code != core.CodeInvalidInput {
+	if ce := core.AsError(VerifySignature(SignatureNamespace, d, "not a signature", pub)); ce == nil || ce.Code != core.CodeInvalidInput {
 		t.Errorf("garbage: %v, want INVALID_INPUT", ce)
 	}
 }

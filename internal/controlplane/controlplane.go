@@ -221,6 +221,10 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
+	var approvers rpc.ApproverKeys
+	if admin != nil { // a remote IAM serves no approver keys to compute (yet)
+		approvers = admin
+	}
 	srv, err := api.New(api.Deps{
 		Store: cfg.Store, Temporal: cfg.Temporal, TaskQueue: cfg.TaskQueue, ReservationStarts: starts,
 		IAM: caching.Port(), Catalog: catalog, RootTenant: cfg.RootTenant,
@@ -228,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
 		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs, Providers: cfg.Providers, CloudResources: cfg.CloudResources,
-		WebhookLoopback: cfg.WebhookLoopback,
+		WebhookLoopback: cfg.WebhookLoopback, Approvers: approvers,
 	})
 	if err != nil {
 		return nil, err

@@ -32,17 +32,7 @@ type Types struct {
 
 // Caller is who asked for an apply: each change's audit row names it, with
 // the fleet.apply call's request id.
-type Caller struct {
-	IdentityID   string `json:"identityId"`
-	IdentityKind string `json:"identityKind"`
-	SessionID    string `json:"sessionId"`
-	SessionKind  string `json:"sessionKind"`
-	MFA          bool   `json:"mfa"`
-	AgentID      string `json:"agentId,omitempty"`
-	DelegatedBy  string `json:"delegatedBy,omitempty"`
-	RequestID    string `json:"requestId"`
-	SourceIP     string `json:"sourceIp,omitempty"`
-}
+type Caller = store.Caller
 
 // Plan is a stored plan.
 type Plan struct {
@@ -505,34 +495,8 @@ func applyNode(ctx context.Context, tx store.Tx, tenantID, by string, c doc.Chan
 // audit writes the audit row the change's own method writes, under the
 // apply's caller and request.
 func audit(ctx context.Context, tx store.Tx, tenantID string, k Caller, method, resourceType, resourceID string) error {
-	action, err := actionOf(method)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO audit_events
-		(id, tenant_id, method, action, resource_type, resource_id, identity_id, identity_kind,
-		 session_id, session_kind, mfa, agent_id, delegated_by, request_id, source_ip)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,NULLIF($12,''),NULLIF($13,''),$14,NULLIF($15,''))`,
-		core.NewID("aud"), tenantID, method, action, resourceType, resourceID, k.IdentityID, k.IdentityKind,
-		k.SessionID, k.SessionKind, k.MFA, k.AgentID, k.DelegatedBy, k.RequestID, k.SourceIP)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	return nil
-}
-
-// actionOf is the method's action in the method table.
-func actionOf(method string) (string, error) {
-	rows, err := core.TableRows()
-	if err != nil {
-		return "", err
-	}
-	for _, r := range rows {
-		if r.Method == method {
-			return r.Action, nil
-		}
-	}
-	return "", fmt.Errorf("fleet: method %s is not in the method table", method)
+	return store.WriteAudit(ctx, tx, store.Audit{TenantID: tenantID, Method: method, ResourceType: resourceType,
+		ResourceID: resourceID, Caller: k})
 }
 
 func poolByName(ctx context.Context, tx store.Tx, tenantID, name string) (string, error) {

@@ -383,3 +383,22 @@ func gpuIndex(ctx context.Context, tx store.Tx, nodeID string, raw json.RawMessa
 	}
 	return indexes[0], nil
 }
+
+// batchKinds are the kinds a command batch may run: those whose arguments
+// name nothing of one node (cdi.* name a node's devices and reservations;
+// agent.update is a rollout's).
+var batchKinds = []string{store.CommandExec, store.CommandReboot, store.CommandInventoryRefresh}
+
+// BatchCommandArgs checks the args of a command a batch runs on many nodes,
+// as commands.run does, and answers them normalized: the fields of an
+// INVALID_INPUT name the argument ("args.argv").
+func BatchCommandArgs(kind string, raw json.RawMessage) (json.RawMessage, error) {
+	if !slices.Contains(batchKinds, kind) {
+		return nil, badField("kind", "enum", "a batch runs %s commands, not %q", strings.Join(batchKinds, ", "), kind)
+	}
+	args, err := commandArgs(context.Background(), nil, "", kind, raw)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(args)
+}

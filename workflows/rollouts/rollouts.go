@@ -17,6 +17,7 @@ import (
 	activities "github.com/better-compute/better-compute/activities/rollouts"
 	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/workflows/schedules"
+	"github.com/better-compute/better-compute/workflows/stepping"
 )
 
 // stepsPerRun bounds one run's history within a wave (each step is an
@@ -58,32 +59,11 @@ func RolloutWorkflow(ctx workflow.Context, p activities.RolloutParams) (string, 
 	}); err != nil {
 		return "", err
 	}
-	changed := workflow.GetSignalChannel(ctx, activities.SignalChanged)
-	for step := 0; ; step++ {
-		if err := workflow.ExecuteActivity(ctx, a.RolloutStep, p).Get(ctx, &state); err != nil {
-			return "", err
-		}
-		switch {
-		case state.Done:
-			return state.State, nil
-		case state.NextWave:
-			return "", workflow.NewContinueAsNewError(ctx, RolloutWorkflow, p)
-		case step+1 >= stepsPerRun:
-			// A signal not yet read would be lost: drain them first (the
-			// next run reads the rows anyway).
-			for changed.ReceiveAsync(nil) {
-			}
-			return "", workflow.NewContinueAsNewError(ctx, RolloutWorkflow, p)
-		}
-		timer := workflow.NewTimerWithOptions(ctx, every, workflow.TimerOptions{Summary: "rollout poll"})
-		sel := workflow.NewSelector(ctx)
-		sel.AddFuture(timer, func(workflow.Future) {})
-		sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) {
-			for c.ReceiveAsync(nil) {
-			}
-		})
-		sel.Select(ctx)
-	}
+	err := stepping.Loop(ctx, every, activities.SignalChanged, stepsPerRun, func(ctx workflow.Context) (stepping.Outcome, error) {
+		err := workflow.ExecuteActivity(ctx, a.RolloutStep, p).Get(ctx, &state)
+		return stepping.Outcome{Done: state.Done, NewRun: state.NextWave}, err
+	}, func() error { return workflow.NewContinueAsNewError(ctx, RolloutWorkflow, p) })
+	return state.State, err
 }
 
 // ReconcileRolloutsWorkflow runs one reconciliation and answers how many
