@@ -121,7 +121,9 @@ type CommandResult struct {
 	Error     string `json:"error,omitempty"`
 }
 
-func notFound(id string) error { return core.Errorf(core.CodeNotFound, "command batch %s not found", id) }
+func notFound(id string) error {
+	return core.Errorf(core.CodeNotFound, "command batch %s not found", id)
+}
 
 func invalidState(reason, format string, args ...any) error {
 	return core.Errorf(core.CodeInvalidState, format, args...).WithDetails(map[string]any{"reason": reason})

@@ -10,12 +10,10 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	activities "github.com/better-compute/better-compute/activities/batches"
-	"github.com/better-compute/better-compute/activities/visibility"
 	"github.com/better-compute/better-compute/workflows/schedules"
 	"github.com/better-compute/better-compute/workflows/stepping"
 )
@@ -43,25 +41,13 @@ func Register(r worker.Registry, a *activities.Batches) {
 // query (visibility.QueryState) answers the last step's state, wave and
 // the wave's nodes per state.
 func CommandBatchWorkflow(ctx workflow.Context, p activities.BatchParams) (string, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 2 * time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
-	})
 	every := p.PollEvery
 	if every <= 0 {
 		every = activities.DefaultPollEvery
 	}
 	var a *activities.Batches
-	var state activities.State
-	if err := workflow.SetQueryHandler(ctx, visibility.QueryState, func() (activities.State, error) {
-		return state, nil
-	}); err != nil {
-		return "", err
-	}
-	err := stepping.Loop(ctx, every, activities.SignalChanged, stepsPerRun, func(ctx workflow.Context) (stepping.Outcome, error) {
-		err := workflow.ExecuteActivity(ctx, a.BatchStep, p).Get(ctx, &state)
-		return stepping.Outcome{Done: state.Done, NewRun: state.NextWave}, err
-	}, func() error { return workflow.NewContinueAsNewError(ctx, CommandBatchWorkflow, p) })
+	state, err := stepping.Run(ctx, every, activities.SignalChanged, stepsPerRun, a.BatchStep, p,
+		func(s activities.State) stepping.Outcome { return stepping.Outcome{Done: s.Done, NewRun: s.NextWave} }, CommandBatchWorkflow)
 	return state.State, err
 }
 

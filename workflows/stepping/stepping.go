@@ -7,7 +7,10 @@ package stepping
 import (
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/better-compute/better-compute/activities/visibility"
 )
 
 // Outcome is what one step asks of the loop.
@@ -45,4 +48,26 @@ func Loop(ctx workflow.Context, every time.Duration, signal string, maxSteps int
 		})
 		sel.Select(ctx)
 	}
+}
+
+// Run is such a workflow's body: it runs the activity step with p (a
+// two-minute attempt, retried) through Loop until outcome says done, and
+// answers the last step's state, which its state query
+// (visibility.QueryState) answers meanwhile. self is the workflow, which
+// continues as new with p.
+func Run[P, S any](ctx workflow.Context, every time.Duration, signal string, maxSteps int, step any, p P,
+	outcome func(S) Outcome, self any) (S, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
+	})
+	var state S
+	if err := workflow.SetQueryHandler(ctx, visibility.QueryState, func() (S, error) { return state, nil }); err != nil {
+		return state, err
+	}
+	err := Loop(ctx, every, signal, maxSteps, func(ctx workflow.Context) (Outcome, error) {
+		err := workflow.ExecuteActivity(ctx, step, p).Get(ctx, &state)
+		return outcome(state), err
+	}, func() error { return workflow.NewContinueAsNewError(ctx, self, p) })
+	return state, err
 }
