@@ -72,7 +72,9 @@ func copyExecutable(t *testing.T, from, to string) {
 // control-plane worker killed with SIGKILL after the canary leaves the
 // rollout to the next worker, which never updates a node twice; an agent
 // killed before its turn never comes back, fails, and the rollout pauses
-// itself; a resume finishes the wave past it.
+// itself; a resume finishes the wave past it. The updated agents then run
+// a destructive command batch behind an approver registered on the IAM
+// admin surface.
 func TestRolloutOfABcdRelease(t *testing.T) {
 	dir := stackDir(t)
 	pgPort, err := freeport.Pick("127.0.0.1")
@@ -329,4 +331,7 @@ func TestRolloutOfABcdRelease(t *testing.T) {
 	if updates != 2 {
 		t.Fatalf("%d agent.update commands for two nodes", updates)
 	}
+
+	// The updated agents run a command batch behind an approver.
+	runApprovedBatch(ctx, t, s.APIURL(), adminToken, []string{canary, rest[0]})
 }
