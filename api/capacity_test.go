@@ -224,7 +224,8 @@ func TestCapacity(t *testing.T) {
 	})
 }
 
-// The timeline counts atoms booked in each bucket, over fixed instants.
+// The timeline counts atoms booked in each bucket, over fixed instants:
+// allocated, reserved and available.
 func TestCapacityTimeline(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -252,18 +253,31 @@ func TestCapacityTimeline(t *testing.T) {
 		t.Fatalf("timeline = %+v, %v", tl, err)
 	}
 	for i, want := range []int64{0, 1, 2, 1, 0} {
-		if b := tl.Buckets[i]; b.Booked["gpu"] != want || b.Start != from+int64(i)*3600_000 || b.End != b.Start+3600_000 {
+		if b := tl.Buckets[i]; b.Booked["gpu"] != want || b.Start != from+int64(i)*3600_000 || b.End != b.Start+3600_000 ||
+			b.Allocated["gpu"] != want || b.Reserved["gpu"] != 0 || b.Available["gpu"] != 8-want {
 			t.Errorf("bucket %d = %+v, want %d gpus", i, b, want)
 		}
+	}
+	// A booking of a reservation not bound yet is reserved, not allocated.
+	e.exec(`INSERT INTO reservations (id, tenant_id, owner_identity_id, pool_id, state, devices, starts_at, ends_at)
+		VALUES ('rsv_tl', 'acme', 'idn_x', $1, 'placed', '{"gpu":1}', `+at(2)+`, `+at(3)+`)`, p.ID)
+	e.exec(`INSERT INTO allocations (id, tenant_id, reservation_id, node_id, atoms) VALUES ('alloc_tl', 'acme', 'rsv_tl', $1, $2)`,
+		n.ID, []string{gpus[2]})
+	e.exec(`INSERT INTO device_bookings (device_node_id, device_id, allocation_id, tenant_id, pool_id, during, kind)
+		VALUES ($1, $2, 'alloc_tl', 'acme', $3, tstzrange(`+at(2)+`, `+at(3)+`), 'reservation')`, n.ID, gpus[2], p.ID)
+	tl, err = capacity.Timeline.Call(ctx, a, capacity.TimelineInput{TenantID: "acme", PoolID: p.ID, From: from,
+		To: t0.Add(5 * time.Hour).UnixMilli(), Buckets: 5})
+	if b := tl.Buckets[2]; err != nil || b.Booked["gpu"] != 3 || b.Allocated["gpu"] != 2 || b.Reserved["gpu"] != 1 || b.Available["gpu"] != 5 {
+		t.Fatalf("bucket 2 with a placed reservation = %+v, %v", b, err)
 	}
 	// A default bucket count, and a window shorter than the buckets.
 	if tl, err := capacity.Timeline.Call(ctx, a, capacity.TimelineInput{TenantID: "acme", PoolID: p.ID, From: from, To: from + 10}); err != nil ||
 		len(tl.Buckets) != 10 || tl.BucketMs != 1 {
 		t.Fatalf("short timeline = %d buckets of %d, %v", len(tl.Buckets), tl.BucketMs, err)
 	}
-	// The reserved atoms: booked only in the future.
+	// The reserved atoms: booked only in the future (three distinct GPUs).
 	got, _ := capacity.Pool.Call(ctx, a, capacity.PoolInput{TenantID: "acme", PoolID: p.ID})
-	wantCounts(t, "gpu", resourceOf(t, got.Resources, "gpu"), 8, 0, 2)
+	wantCounts(t, "gpu", resourceOf(t, got.Resources, "gpu"), 8, 0, 3)
 }
 
 // The SQL predicate allocatable counts by agrees with core/nodes.Schedulable

@@ -264,8 +264,11 @@ const MaxTimelineBuckets = 500
 const DefaultTimelineBuckets = 48
 
 // Timeline is capacity.timeline's answer: the pool's allocatable
-// atoms now, and per bucket [start, end) the atoms booked at some instant
-// of it, per resource.
+// atoms now, and per bucket [start, end), per resource, the atoms booked
+// at some instant of it, split into allocated (held by a reservation bound
+// now, binding or releasing, or by a workload's own booking) and reserved
+// (held for a reservation not bound yet), and the atoms available
+// (allocatable less booked).
 type Timeline struct {
 	PoolID      string           `json:"poolId"`
 	From        int64            `json:"from"`
@@ -277,9 +280,12 @@ type Timeline struct {
 
 // TimelineBucket is one bucket of a timeline.
 type TimelineBucket struct {
-	Start  int64            `json:"start"`
-	End    int64            `json:"end"`
-	Booked map[string]int64 `json:"booked"`
+	Start     int64            `json:"start"`
+	End       int64            `json:"end"`
+	Booked    map[string]int64 `json:"booked"`
+	Allocated map[string]int64 `json:"allocated"`
+	Reserved  map[string]int64 `json:"reserved"`
+	Available map[string]int64 `json:"available"`
 }
 
 var timelineQuery = `WITH ps AS (` + capacityPools + `),
@@ -287,12 +293,16 @@ var timelineQuery = `WITH ps AS (` + capacityPools + `),
 	bu AS (SELECT i, tstzrange(timestamptz 'epoch' + ($3::bigint + i * $5::bigint) * interval '1 millisecond',
 			timestamptz 'epoch' + LEAST($3::bigint + (i + 1) * $5::bigint, $4::bigint) * interval '1 millisecond') AS r
 		FROM generate_series(0, $6::int - 1) AS i),
-	bk AS (SELECT device_node_id, device_id, during FROM device_bookings
-		WHERE pool_id IN (SELECT id FROM ps) AND during && tstzrange(timestamptz 'epoch' + $3::bigint * interval '1 millisecond',
+	bk AS (SELECT b.device_node_id, b.device_id, b.during,
+			r.id IS NULL OR r.state IN ('binding', 'active', 'releasing') AS allocated
+		FROM device_bookings b LEFT JOIN allocations al ON al.id = b.allocation_id
+		LEFT JOIN reservations r ON r.id = al.reservation_id
+		WHERE b.pool_id IN (SELECT id FROM ps) AND b.during && tstzrange(timestamptz 'epoch' + $3::bigint * interval '1 millisecond',
 			timestamptz 'epoch' + $4::bigint * interval '1 millisecond'))
-	SELECT -1, a.class, count(*) FROM atoms a GROUP BY a.class
+	SELECT -1, a.class, count(*), 0 FROM atoms a GROUP BY a.class
 	UNION ALL
-	SELECT bu.i, a.class, count(DISTINCT (a.node_id, a.device_id))
+	SELECT bu.i, a.class, count(DISTINCT (a.node_id, a.device_id)),
+		count(DISTINCT (a.node_id, a.device_id)) FILTER (WHERE bk.allocated)
 	FROM bu JOIN bk ON bk.during && bu.r JOIN atoms a ON a.node_id = bk.device_node_id AND a.device_id = bk.device_id
 	GROUP BY bu.i, a.class`
 
@@ -310,7 +320,8 @@ func TimelineOf(ctx context.Context, tx store.Tx, tenantID, poolID string, from,
 	out := Timeline{PoolID: poolID, From: from, To: to, BucketMs: width, Allocatable: map[string]int64{},
 		Buckets: make([]TimelineBucket, n)}
 	for i := range out.Buckets {
-		out.Buckets[i] = TimelineBucket{Start: from + int64(i)*width, End: min(from+int64(i+1)*width, to), Booked: map[string]int64{}}
+		out.Buckets[i] = TimelineBucket{Start: from + int64(i)*width, End: min(from+int64(i+1)*width, to), Booked: map[string]int64{},
+			Allocated: map[string]int64{}, Reserved: map[string]int64{}, Available: map[string]int64{}}
 	}
 	rows, err := tx.Query(ctx, timelineQuery, tenantID, poolID, from, to, width, n)
 	if err != nil {
@@ -320,20 +331,31 @@ func TimelineOf(ctx context.Context, tx store.Tx, tenantID, poolID string, from,
 	for rows.Next() {
 		var i int
 		var class string
-		var count int64
-		if err := rows.Scan(&i, &class, &count); err != nil {
+		var booked, allocated int64
+		if err := rows.Scan(&i, &class, &booked, &allocated); err != nil {
 			return Timeline{}, err
 		}
 		switch {
 		case i < 0:
-			out.Allocatable[class] = count
+			out.Allocatable[class] = booked
 		case i < n:
-			out.Buckets[i].Booked[class] = count
+			b := out.Buckets[i]
+			b.Booked[class], b.Allocated[class], b.Reserved[class] = booked, allocated, booked-allocated
 		default:
 			return Timeline{}, core.Errorf(core.CodeInternal, "timeline bucket %d of %d", i, n)
 		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return Timeline{}, err
+	}
+	// Available per resource the pool has: what no booking holds (never
+	// below zero: a booking may outlive its atom's schedulability).
+	for _, b := range out.Buckets {
+		for class, total := range out.Allocatable {
+			b.Available[class] = max(total-b.Booked[class], 0)
+		}
+	}
+	return out, nil
 }
 
 func badField(field, reason, format string, args ...any) error {
