@@ -72,7 +72,11 @@ func TestCallErrors(t *testing.T) {
 		{"unknown method", "/api/compute/nope/nope", `{}`, nil, 404, "NOT_FOUND"},
 		{"unknown route", "/api/other", `{}`, nil, 404, "NOT_FOUND"},
 		{"bogus bearer", "/api/compute/system/whoami", `{}`, http.Header{"Authorization": {"Bearer x"}}, 401, "UNAUTHENTICATED"},
-		{"bogus cookie", "/api/compute/system/whoami", `{}`, http.Header{"Cookie": {iam.SessionCookie + "=x"}}, 401, "UNAUTHENTICATED"},
+		{"bogus cookie", "/api/compute/system/whoami", `{}`, http.Header{"Cookie": {iam.SessionCookie + "=x"},
+			iam.CSRFHeader: {iam.CSRFToken("x")}}, 401, "UNAUTHENTICATED"},
+		{"cookie without its CSRF token", "/api/compute/system/whoami", `{}`, http.Header{"Cookie": {iam.SessionCookie + "=x"}}, 403, "ACCESS_DENIED"},
+		{"cookie with another's CSRF token", "/api/compute/system/whoami", `{}`, http.Header{"Cookie": {iam.SessionCookie + "=x"},
+			iam.CSRFHeader: {iam.CSRFToken("y")}}, 403, "ACCESS_DENIED"},
 		{"no credential", "/api/compute/projects/list", `{"tenantId":"acme"}`, nil, 401, "UNAUTHENTICATED"},
 	}
 	for _, c := range cases {

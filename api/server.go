@@ -213,6 +213,10 @@ func (s *Server) handleCall(c *gin.Context) {
 			cred.Cookie = ck.Value
 		}
 	}
+	if err := iam.CheckCSRF(cred, c.GetHeader(iam.CSRFHeader)); err != nil {
+		writeError(c, err)
+		return
+	}
 	out, err := s.Call(c.Request.Context(), cred, name, body)
 	if err != nil {
 		writeError(c, err)

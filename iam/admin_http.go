@@ -135,6 +135,10 @@ func AdminHandler(admin *Admin, port Port) http.Handler {
 			adminWriteErr(w, core.Errorf(core.CodeUnauthn, "a credential is required"))
 			return
 		}
+		if err := CheckCSRF(cred, r.Header.Get(CSRFHeader)); err != nil {
+			adminWriteErr(w, err)
+			return
+		}
 		ctx := r.Context()
 		caller, err := port.Authenticate(ctx, cred)
 		if err != nil {

@@ -35,6 +35,9 @@ func TestAdminHandler(t *testing.T) {
 		}
 		if cookie != "" {
 			req.AddCookie(&http.Cookie{Name: SessionCookie, Value: cookie})
+			if !strings.Contains(path, "nocsrf") {
+				req.Header.Set(CSRFHeader, CSRFToken(cookie))
+			}
 		}
 		req.Header.Set("X-Request-Id", "req-1")
 		resp, err := http.DefaultClient.Do(req)
@@ -72,6 +75,7 @@ func TestAdminHandler(t *testing.T) {
 		{"denied before the method is looked up", "POST", "/api/iam/nope", acmeTok, "", `{}`, 403, "ACCESS_DENIED"},
 		{"root authority", "POST", "/api/iam/createTenant", adminTok, "", `{"id":"t1","name":"T1"}`, 200, ""},
 		{"root authority by cookie", "POST", "/api/iam/createTenant", "", adminTok, `{"id":"t2","name":"T2"}`, 200, ""},
+		{"a cookie without its CSRF token", "POST", "/api/iam/createTenant?nocsrf", "", adminTok, `{"id":"t3","name":"T3"}`, 403, "ACCESS_DENIED"},
 		{"a duplicate", "POST", "/api/iam/createTenant", adminTok, "", `{"id":"t1","name":"T1"}`, 409, "CONFLICT"},
 		{"invalid input", "POST", "/api/iam/createTenant", adminTok, "", `{"id":"bad id","name":"x"}`, 400, "INVALID_INPUT"},
 		{"an unknown field", "POST", "/api/iam/createTenant", adminTok, "", `{"id":"t3","name":"x","extra":1}`, 400, "INVALID_INPUT"},
