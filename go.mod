@@ -10,6 +10,8 @@ require (
 	github.com/cavaliergopher/cpio v1.0.1
 	github.com/cedar-policy/cedar-go v1.9.2
 	github.com/cenkalti/backoff/v5 v5.0.3
+	github.com/chromedp/cdproto v0.160.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/coder/websocket v1.8.15
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/digitalocean/godo v1.237.0

@@ -90,6 +90,8 @@ type Deps struct {
 	WebhookLoopback bool
 	// Approvers answers approvers' registered keys (rpc.Deps).
 	Approvers rpc.ApproverKeys
+	// Console, when set, mounts the web console (api/console).
+	Console RouteMounter
 }
 
 // RouteMounter puts routes on the API's router.
@@ -175,6 +177,9 @@ func New(deps Deps) (*Server, error) {
 	e.GET(OpenAPIPath, s.handleOpenAPI)
 	if deps.Routes != nil {
 		deps.Routes.Mount(e)
+	}
+	if deps.Console != nil {
+		deps.Console.Mount(e)
 	}
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})))
 	if deps.IAMAdmin != nil {

@@ -47,6 +47,11 @@ type config struct {
 	// WebhooksAllowLoopback ("true") lets webhooks reach loopback
 	// receivers: the dev stack's, never a production platform's.
 	WebhooksAllowLoopback string
+	// ConsoleInsecureCookies ("true") drops the console cookie's Secure
+	// attribute: a dev stack's plain-HTTP loopback only. TemporalUIURL is
+	// where the console links workflows to.
+	ConsoleInsecureCookies string
+	TemporalUIURL          string
 }
 
 // webhookLoopback reports whether webhooks may reach loopback receivers.
@@ -84,6 +89,8 @@ func (c *config) settings(withListen bool) []setting {
 			setting{"agent-endpoint", "BC_AGENT_ENDPOINT", "agent listener URL told to joining nodes (default https://<agent-listen>)", &c.AgentEndpoint, ""},
 			setting{"reservation-max-ahead", "BC_RESERVATION_MAX_AHEAD", "how far ahead a reservation may start (a Go duration)", &c.ReservationMaxAhead, "8760h"},
 			setting{"public-url", "BC_PUBLIC_URL", "the API's base URL as nodes reach it, for the join command joinTokens.create answers", &c.PublicURL, ""},
+			setting{"console-insecure-cookies", "BC_CONSOLE_INSECURE_COOKIES", "true: the console's session cookie is not Secure (a dev stack served over plain HTTP on loopback only)", &c.ConsoleInsecureCookies, ""},
+			setting{"temporal-ui-url", "BC_TEMPORAL_UI_URL", "the Temporal UI's base URL, for the console's links to workflows; empty: no links", &c.TemporalUIURL, ""},
 			setting{"blob-dir", "BC_BLOB_DIR", "directory images' bytes are kept in; empty: images.register and uploads answer UNAVAILABLE", &c.BlobDir, ""})
 	}
 	return s

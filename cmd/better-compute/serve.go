@@ -99,6 +99,7 @@ func serveCmd() *cobra.Command {
 				TemporalAddress: cfg.Temporal.Address, TemporalNamespace: cfg.Temporal.Namespace,
 				ReservationMaxAhead: maxAhead, PublicURL: cfg.PublicURL, SecretsKeys: keys,
 				Blobs: blobStore, WebhookLoopback: cfg.webhookLoopback(),
+				Console: controlplane.ConsoleConfig{InsecureCookies: cfg.ConsoleInsecureCookies == "true", TemporalUI: cfg.TemporalUIURL},
 			})
 			if err != nil {
 				return err

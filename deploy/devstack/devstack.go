@@ -295,6 +295,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		AgentLease: o.AgentLease, AgentHeartbeat: o.AgentHeartbeat, LivenessSweep: o.LivenessSweep,
 		TemporalAddress: s.temporal.FrontendAddr(), TemporalNamespace: Namespace, Metrics: metrics,
 		SecretsKeys: keys, Blobs: blobStore, WebhookLoopback: true,
+		// Plain HTTP on loopback: the console's cookie cannot be Secure.
+		Console: controlplane.ConsoleConfig{InsecureCookies: true, TemporalUI: s.temporal.UIURL()},
 		CloudResources: rpc.CloudResourcesConfig{Quotas: o.CloudResourceQuotas,
 			ConvergingEvery: o.CloudResources.ConvergingEvery, SettledEvery: o.CloudResources.SettledEvery},
 	}); err != nil {
@@ -615,6 +617,7 @@ func (s *Stack) Banner() string {
 	b.WriteString("\nBetter Compute dev stack is ready\n\n")
 	rows := [][2]string{
 		{"API", s.apiURL + "/api/compute/<group>/<method>"},
+		{"Console", s.apiURL + "/console/ (sign in with a token below)"},
 		{"Health", s.apiURL + "/healthz"},
 		{"Metrics", s.apiURL + "/metrics"},
 		{"Agents", s.agentURL + " (mutual TLS; " + s.agentSummary() + ", logs in " + filepath.Join(s.opts.Dir, "agents") + ")"},

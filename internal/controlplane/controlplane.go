@@ -25,6 +25,7 @@ import (
 	reservationsact "github.com/better-compute/better-compute/activities/reservations"
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/agentgateway"
+	"github.com/better-compute/better-compute/api/console"
 	"github.com/better-compute/better-compute/api/httpx"
 	"github.com/better-compute/better-compute/api/rpc"
 	"github.com/better-compute/better-compute/core"
@@ -98,6 +99,17 @@ type Config struct {
 	// WebhookLoopback lets webhooks reach loopback receivers (rpc.Deps):
 	// the dev stack's.
 	WebhookLoopback bool
+	// Console configures the web console at /console/.
+	Console ConsoleConfig
+}
+
+// ConsoleConfig configures the console (api/console.Config).
+type ConsoleConfig struct {
+	// InsecureCookies drops the session cookie's Secure attribute (the dev
+	// stack, plain HTTP on loopback); TemporalUI is the Temporal UI's base
+	// URL for the links to workflows.
+	InsecureCookies bool
+	TemporalUI      string
 }
 
 // RemoteIAM says where the IAM host is and how to refresh admissions there.
@@ -221,6 +233,11 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
+	web, err := console.New(console.Config{IAM: caching.Port(), RootTenant: cfg.RootTenant,
+		InsecureCookies: cfg.Console.InsecureCookies, TemporalUI: cfg.Console.TemporalUI, Namespace: cfg.TemporalNamespace})
+	if err != nil {
+		return nil, err
+	}
 	var approvers rpc.ApproverKeys
 	if admin != nil { // a remote IAM serves no approver keys to compute (yet)
 		approvers = admin
@@ -232,7 +249,7 @@ func New(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		Logger: cfg.Logger.With("component", "api"),
 		NodeCA: cfg.NodeCA, Routes: gateway, Metrics: metrics, ReservationMaxAhead: cfg.ReservationMaxAhead,
 		PublicURL: cfg.PublicURL, Secrets: vault, Blobs: cfg.Blobs, Providers: cfg.Providers, CloudResources: cfg.CloudResources,
-		WebhookLoopback: cfg.WebhookLoopback, Approvers: approvers,
+		WebhookLoopback: cfg.WebhookLoopback, Approvers: approvers, Console: web,
 	})
 	if err != nil {
 		return nil, err
