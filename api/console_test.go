@@ -35,7 +35,12 @@ func TestConsoleSignIn(t *testing.T) {
 	login := func(origin, token string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/console/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		if origin != "" {
+		switch origin {
+		case "":
+		case "cross-site":
+			req.Header.Set("Sec-Fetch-Site", "cross-site")
+			req.Header.Set("Origin", hs.URL) // a forged Origin does not outweigh the browser's own header
+		default:
 			req.Header.Set("Origin", origin)
 		}
 		resp, err := noRedirect.Do(req)
@@ -51,6 +56,7 @@ func TestConsoleSignIn(t *testing.T) {
 	}{
 		"another site's form": {"https://evil.example", e.boot.UserToken, http.StatusForbidden},
 		"no origin":           {"", e.boot.UserToken, http.StatusForbidden},
+		"a cross-site fetch":  {"cross-site", e.boot.UserToken, http.StatusForbidden},
 		"a bogus token":       {hs.URL, "bc_bogus", http.StatusUnauthorized},
 	} {
 		if resp := login(c.origin, c.token); resp.StatusCode != c.status || len(resp.Cookies()) != 0 {

@@ -82,17 +82,22 @@ func newBrowser(t *testing.T, base, axe, shots, who string) *browser {
 	return &browser{t: t, ctx: ctx, base: base, axe: axe, shot: shots, who: who}
 }
 
+// do runs steps, a minute at most (the browser lives on).
 func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, steps...); err != nil {
-		b.t.Fatalf("%s: %v", b.who, err)
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v\n%s", b.who, err, b.text())
 	}
 }
 
 // eval runs a script, awaiting the promise it answers, into T.
 func eval[T any](b *browser, js string) T {
 	b.t.Helper()
-	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
 	if err != nil {
 		b.t.Fatalf("%s: %v", b.who, err)
 	}
@@ -138,7 +143,7 @@ func (b *browser) check(name string) {
 	if len(violations) > 0 {
 		b.t.Errorf("%s (%s): axe-core: %s", name, b.who, strings.Join(violations, "; "))
 	}
-	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100)) // 100: PNG; less is JPEG
 	if err != nil {
 		b.t.Fatal(err)
 	}

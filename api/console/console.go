@@ -95,7 +95,9 @@ func headers(g *gin.Context) {
 	g.Header("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
 		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	g.Header("X-Content-Type-Options", "nosniff")
-	g.Header("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer a browser sends
+	// "Origin: null" with the console's own forms.
+	g.Header("Referrer-Policy", "same-origin")
 	g.Header("X-Frame-Options", "DENY")
 }
 
@@ -168,9 +170,12 @@ func (c *Console) page(g *gin.Context) {
 }
 
 // sameOrigin refuses a form posted from another site (a login CSRF would
-// sign the victim in as the attacker): the browser's Origin must be this
-// host's.
+// sign the victim in as the attacker): the browser must say the request is
+// same-origin (Sec-Fetch-Site), or send this host as its Origin.
 func sameOrigin(g *gin.Context) bool {
+	if site := g.GetHeader("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
 	o, err := url.Parse(g.GetHeader("Origin"))
 	return err == nil && o.Host != "" && o.Host == g.Request.Host
 }

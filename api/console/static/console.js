@@ -164,7 +164,9 @@ const pages = {
         sections.push(el("h2", {}, p.name), errorBox(err));
         continue;
       }
-      sections.push(el("h2", {}, `${p.name} — next 24 hours`), chart(tl, "gpu"), timelineTable(tl, "gpu"));
+      const any = (tl.allocatable.gpu || 0) > 0 || tl.buckets.some((b) => (b.booked.gpu || 0) > 0);
+      sections.push(el("h2", {}, `${p.name} — next 24 hours`),
+        ...(any ? [chart(tl, "gpu"), timelineTable(tl, "gpu")] : [el("p", { class: "muted" }, "This pool has no bookable GPU.")]));
     }
     root.replaceChildren(el("div", { class: "legend", "aria-hidden": "true" },
       el("span", { class: "allocated" }, "allocated"), el("span", { class: "reserved" }, "reserved"), el("span", { class: "available" }, "available")),
