@@ -17,9 +17,11 @@ import (
 	"github.com/better-compute/better-compute/api"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/reservations"
+	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/iam"
 	"github.com/better-compute/better-compute/internal/freeport"
+	"github.com/better-compute/better-compute/internal/testutil"
 )
 
 // axeVersion is the axe-core release the console's pages are checked with,
@@ -163,9 +165,11 @@ func (b *browser) waitText(sel, want string, within time.Duration) {
 
 // TestConsole drives the console in a real headless Chromium against the
 // dev stack: as the demo tenant, every tenant page passes axe-core, a
-// reservation is checked, made through the form, watched becoming active
-// and released, a cookie call without the CSRF token is refused, and no
-// page shows the platform's nodes or reservations; as the operator, a node
+// reservation is checked, made through the form (whose limits come from
+// the OpenAPI document), watched becoming active and released, a
+// sandbox's command runs from its page over the exec tunnel, a cookie call
+// without the CSRF token is refused, and no page shows the platform's
+// nodes or reservations; as the operator, a node
 // is cordoned; a person without a policy sees the API's denial. Screenshots
 // of every page are saved under a temporary directory (logged).
 func TestConsole(t *testing.T) {
@@ -221,8 +225,13 @@ func TestConsole(t *testing.T) {
 		}
 	}
 
-	// Reserve through the form, watch it become active, release it.
+	// Reserve through the form (its limits from the OpenAPI document:
+	// reservations.create's duration maximum in hours), watch it become
+	// active, release it.
 	demo.open("reservations")
+	if max := eval[string](demo, `document.getElementById("rsv-hours").max`); max != "8784" {
+		t.Errorf("the form's hours maximum = %q, want 8784 (31,622,400 s) from the OpenAPI document", max)
+	}
 	demo.do(chromedp.SetValue(chromedp.ID("rsv-pool"), s.Demo().PoolID), chromedp.SetValue(chromedp.ID("rsv-gpus"), "2"),
 		chromedp.Click(chromedp.ID("rsv-check")))
 	demo.waitText("#rsv-fits", "Fits", 20*time.Second)
@@ -239,6 +248,28 @@ func TestConsole(t *testing.T) {
 	if err != nil || (got.State != "releasing" && got.State != "released") {
 		t.Fatalf("after the console's release: %+v, %v", got, err)
 	}
+
+	// A sandbox's command runs from its page, over the exec tunnel's
+	// WebSocket, and its output comes back.
+	demoAPI := api.NewClient(base, demoToken)
+	sbx, err := sandboxes.Create.Call(ctx, demoAPI, sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "console-sbx",
+		TemplateID: s.VPS().SandboxTemplateID, TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyNil(t, 2*time.Minute, func() error {
+		got, err := sandboxes.Get.Call(ctx, demoAPI, sandboxes.SandboxInput{TenantID: "acme", SandboxID: sbx.ID})
+		if err != nil || got.State != "running" {
+			return fmt.Errorf("sandbox %s: %v", got.State, err)
+		}
+		return nil
+	})
+	demo.open("sandboxes")
+	demo.do(chromedp.SetValue(chromedp.CSS(fmt.Sprintf(`input[aria-label="Command for %s"]`, sbx.ID)), "echo console-exec; exit 3"),
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Run in %s"]`, sbx.ID))))
+	demo.waitText("#sbx-stdout", "console-exec", 30*time.Second)
+	demo.waitText("#sbx-exit", "exit 3", 5*time.Second)
+	demo.check("sandboxes-exec")
 
 	// A call with the session cookie but without the page's CSRF token is
 	// refused; with it, the same call is answered.

@@ -27,6 +27,16 @@ export async function call(method, input) {
   return body;
 }
 
+// inputSchema is a method's input schema from the API's OpenAPI document
+// (fetched once): the forms take their limits from it.
+let openapi;
+async function inputSchema(method) {
+  openapi ||= fetch("/api/openapi.json", { credentials: "same-origin" }).then((r) => r.json());
+  const [group, name] = method.split(".");
+  const op = (await openapi).paths?.[`/api/compute/${group}/${name}`]?.post;
+  return op?.requestBody?.content?.["application/json"]?.schema || {};
+}
+
 // el builds an element: attributes, "on<event>" handlers, then children.
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -110,8 +120,11 @@ const pages = {
     const pools = await list("pools.list", { tenantId: t });
     const pool = el("select", { id: "rsv-pool", name: "pool" }, pools.map((p) => el("option", { value: p.id }, `${p.name} (${p.gpuModel || p.class || p.id})`)));
     const count = el("input", { id: "rsv-gpus", type: "number", min: 1, max: 4096, value: 1, required: true });
-    const hours = el("input", { id: "rsv-hours", type: "number", min: 1, max: 8784, value: 1, required: true });
+    const hours = el("input", { id: "rsv-hours", type: "number", min: 1, value: 1, required: true });
     const result = el("div", { id: "rsv-result", "aria-live": "polite" });
+    const schema = await inputSchema("reservations.create");
+    const dur = schema.properties?.duration;
+    if (dur?.maximum) hours.max = Math.floor(dur.maximum / 3600);
     const request = () => ({ tenantId: t, poolId: pool.value, devices: { class: "gpu", count: Number(count.value) },
       duration: Number(hours.value) * 3600 });
     const form = el("form", { class: "inline", "aria-label": "Reserve GPUs", onsubmit: (e) => e.preventDefault() },
@@ -227,9 +240,11 @@ const pages = {
       { title: "Exec", value: (s) => {
         const cmd = el("input", { type: "text", value: "uname -a", "aria-label": `Command for ${s.id}` });
         return el("span", {}, cmd, " ", action("Run", async () => {
-          const r = await call("sandboxes.exec", { tenantId: t, sandboxId: s.id, command: ["sh", "-c", cmd.value] });
-          out.replaceChildren(el("h2", {}, `Output of ${s.id}`), el("p", {}, `exit ${r.exitCode}`),
-            el("pre", {}, r.stdout || ""), r.stderr ? el("pre", {}, r.stderr) : "");
+          const opened = await call("sandboxes.exec", { tenantId: t, sandboxId: s.id, command: ["sh", "-c", cmd.value] });
+          const r = await execTunnel(opened);
+          out.replaceChildren(el("h2", {}, `Output of ${s.id}`),
+            el("p", { id: "sbx-exit" }, `exit ${r.status.exitCode}${r.status.error ? `: ${r.status.error}` : ""}`),
+            el("pre", { id: "sbx-stdout" }, r.stdout), r.stderr ? el("pre", {}, r.stderr) : "");
         }, { "aria-label": `Run in ${s.id}` }));
       } },
     ], rows, "no sandbox."));
@@ -314,6 +329,44 @@ const pages = {
     root.replaceChildren(...parts);
   },
 };
+
+// execTunnel runs an exec tunnel (sandboxes.exec's answer) to its end over
+// its WebSocket, the token as the second subprotocol (a browser cannot set
+// headers): frames of a 1-byte channel, a 4-byte big-endian length and the
+// payload; stdin is closed at once (frame 1), stdout is 2, stderr 3, and 4
+// is the exit status in JSON, the last frame.
+function execTunnel(opened) {
+  const u = new URL(opened.url, location.href);
+  u.protocol = u.protocol === "https:" || u.protocol === "wss:" ? "wss:" : "ws:";
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(u.href, ["bc-tunnel", opened.token]);
+    ws.binaryType = "arraybuffer";
+    const text = { 2: new TextDecoder(), 3: new TextDecoder() }, got = { 2: "", 3: "" };
+    let buf = new Uint8Array(0), done = false;
+    ws.onopen = () => ws.send(new Uint8Array([1, 0, 0, 0, 0]));
+    ws.onmessage = (m) => {
+      const chunk = new Uint8Array(m.data), next = new Uint8Array(buf.length + chunk.length);
+      next.set(buf);
+      next.set(chunk, buf.length);
+      buf = next;
+      while (buf.length >= 5) {
+        const n = new DataView(buf.buffer, buf.byteOffset, buf.byteLength).getUint32(1);
+        if (buf.length < 5 + n) break;
+        const ch = buf[0], payload = buf.slice(5, 5 + n);
+        buf = buf.slice(5 + n);
+        if (ch === 2 || ch === 3) got[ch] += text[ch].decode(payload, { stream: true });
+        if (ch === 4) {
+          done = true;
+          ws.close();
+          resolve({ stdout: got[2], stderr: got[3], status: JSON.parse(new TextDecoder().decode(payload)) });
+        }
+      }
+    };
+    ws.onclose = (e) => {
+      if (!done) reject(new APIError({ code: "UNAVAILABLE", message: `the exec tunnel closed before the command's exit (${e.code} ${e.reason})` }));
+    };
+  });
+}
 
 // chart draws one resource's buckets as stacked bars (allocated, reserved,
 // available); the table after it holds the same numbers for screen readers.
