@@ -20,7 +20,6 @@ import (
 	"github.com/better-compute/better-compute/api/sandboxes"
 	"github.com/better-compute/better-compute/core/placement"
 	"github.com/better-compute/better-compute/iam"
-	"github.com/better-compute/better-compute/internal/freeport"
 	"github.com/better-compute/better-compute/internal/testutil"
 )
 
@@ -173,13 +172,13 @@ func (b *browser) waitText(sel, want string, within time.Duration) {
 // is cordoned; a person without a policy sees the API's denial. Screenshots
 // of every page are saved under a temporary directory (logged).
 func TestConsole(t *testing.T) {
-	dir := stackDir(t)
-	pgPort, err := freeport.Pick("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
+	if testing.Short() {
+		t.Skip("starts the dev stack and a browser")
 	}
 	axe := axeSource(t)
-	s := startStack(t, dir, pgPort)
+	// The VPS dev stack: the demo image and a host agent, so the demo
+	// tenant's sandbox template exists.
+	s := startVPSStack(t).s
 	ctx := context.Background()
 	base := s.APIURL()
 	shots, err := os.MkdirTemp("", "bc-console-shots-")
