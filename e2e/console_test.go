@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/better-compute/better-compute/api"
+	"github.com/better-compute/better-compute/api/instances"
 	"github.com/better-compute/better-compute/api/nodes"
 	"github.com/better-compute/better-compute/api/reservations"
 	"github.com/better-compute/better-compute/api/sandboxes"
@@ -162,23 +163,34 @@ func (b *browser) waitText(sel, want string, within time.Duration) {
 	}
 }
 
+// in is b acting for subtest t (its failures are t's).
+func (b *browser) in(t *testing.T) *browser {
+	c := *b
+	c.t = t
+	return &c
+}
+
 // TestConsole drives the console in a real headless Chromium against the
-// dev stack: as the demo tenant, every tenant page passes axe-core, a
-// reservation is checked, made through the form (whose limits come from
-// the OpenAPI document), watched becoming active and released, a
-// sandbox's command runs from its page over the exec tunnel, a cookie call
-// without the CSRF token is refused, and no page shows the platform's
-// nodes or reservations; as the operator, a node
-// is cordoned; a person without a policy sees the API's denial. Screenshots
-// of every page are saved under a temporary directory (logged).
+// VPS dev stack (real PostgreSQL, Temporal, worker, bcd agents, runc and
+// gVisor), one subtest per page, each page checked with axe-core and
+// screenshotted (under a temporary directory, logged). As the demo tenant:
+// a reservation checked, made through the form (whose limits come from the
+// OpenAPI document), watched becoming active and released; an instance
+// stopped and started; a sandbox's command run over the exec tunnel; an
+// event arriving while the events page is open; a cookie call without the
+// CSRF token refused; no page showing the platform's nodes or
+// reservations. As the operator: a node cordoned, its inventory and diff
+// shown, the sites and pools pages. A person without a policy sees the
+// API's denial.
 func TestConsole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the dev stack and a browser")
 	}
 	axe := axeSource(t)
 	// The VPS dev stack: the demo image and a host agent, so the demo
-	// tenant's sandbox template exists.
-	s := startVPSStack(t).s
+	// tenant's instances and sandbox template exist.
+	v := startVPSStack(t)
+	s := v.s
 	ctx := context.Background()
 	base := s.APIURL()
 	shots, err := os.MkdirTemp("", "bc-console-shots-")
@@ -210,110 +222,183 @@ func TestConsole(t *testing.T) {
 	for _, n := range rootNodes.Items {
 		secret = append(secret, n.ID, n.Name)
 	}
+	// What the demo tenant's pages act on: an instance and a sandbox.
+	vps := s.VPS()
+	inst := v.create(t, instances.CreateInput{IdempotencyKey: "console-web", PoolID: vps.HostPoolID, FlavorID: v.flavors["c1-m1"],
+		ImageID: vps.ImageID, Name: "console-web"})
+	sbx, err := sandboxes.Create.Call(ctx, v.demo, sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "console-sbx",
+		TemplateID: vps.SandboxTemplateID, TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.await(t, inst.ID, "running")
 
 	demo := newBrowser(t, base, axe, shots, "demo")
 	demo.login(demoToken)
-	for _, p := range []string{"reservations", "capacity", "nodes", "instances", "sandboxes", "cloud-resources", "events"} {
-		demo.open(p)
-		demo.check(p)
-		text := demo.text()
+	private := func(b *browser, page string) {
+		text := b.text()
 		for _, s := range secret {
 			if strings.Contains(text, s) {
-				t.Errorf("the demo tenant's %s page shows the platform's %q", p, s)
+				b.t.Errorf("the demo tenant's %s page shows the platform's %q", page, s)
 			}
 		}
 	}
 
-	// Reserve through the form (its limits from the OpenAPI document:
-	// reservations.create's duration maximum in hours), watch it become
-	// active, release it.
-	demo.open("reservations")
-	if max := eval[string](demo, `document.getElementById("rsv-hours").max`); max != "8784" {
-		t.Errorf("the form's hours maximum = %q, want 8784 (31,622,400 s) from the OpenAPI document", max)
-	}
-	demo.do(chromedp.SetValue(chromedp.ID("rsv-pool"), s.Demo().PoolID), chromedp.SetValue(chromedp.ID("rsv-gpus"), "2"),
-		chromedp.Click(chromedp.ID("rsv-check")))
-	demo.waitText("#rsv-fits", "Fits", 20*time.Second)
-	demo.do(chromedp.Click(chromedp.ID("rsv-reserve")))
-	demo.waitText("#rsv-result", "Reservation", 20*time.Second)
-	rsv := eval[string](demo, `document.querySelector("#rsv-result .id").textContent`)
-	began := time.Now()
-	demo.waitText(fmt.Sprintf(`.state[data-id=%q]`, rsv), "active", 90*time.Second)
-	t.Logf("reservation %s active in the console %v after the form's reserve", rsv, time.Since(began).Round(100*time.Millisecond))
-	demo.check("reservations-active")
-	demo.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Release %s"]`, rsv))))
-	demo.waitText(fmt.Sprintf(`.state[data-id=%q]`, rsv), "release", 60*time.Second)
-	got, err := reservations.Get.Call(ctx, api.NewClient(base, demoToken), reservations.ReservationInput{TenantID: "acme", ReservationID: rsv})
-	if err != nil || (got.State != "releasing" && got.State != "released") {
-		t.Fatalf("after the console's release: %+v, %v", got, err)
-	}
-
-	// A sandbox's command runs from its page, over the exec tunnel's
-	// WebSocket, and its output comes back.
-	demoAPI := api.NewClient(base, demoToken)
-	sbx, err := sandboxes.Create.Call(ctx, demoAPI, sandboxes.CreateInput{TenantID: "acme", IdempotencyKey: "console-sbx",
-		TemplateID: s.VPS().SandboxTemplateID, TTLSeconds: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.EventuallyNil(t, 2*time.Minute, func() error {
-		got, err := sandboxes.Get.Call(ctx, demoAPI, sandboxes.SandboxInput{TenantID: "acme", SandboxID: sbx.ID})
-		if err != nil || got.State != "running" {
-			return fmt.Errorf("sandbox %s: %v", got.State, err)
+	t.Run("reservations", func(t *testing.T) {
+		b := demo.in(t)
+		b.open("reservations")
+		b.check("reservations")
+		private(b, "reservations")
+		if max := eval[string](b, `document.getElementById("rsv-hours").max`); max != "8784" {
+			t.Errorf("the form's hours maximum = %q, want 8784 (31,622,400 s) from the OpenAPI document", max)
 		}
-		return nil
+		b.do(chromedp.SetValue(chromedp.ID("rsv-pool"), s.Demo().PoolID), chromedp.SetValue(chromedp.ID("rsv-gpus"), "2"),
+			chromedp.Click(chromedp.ID("rsv-check")))
+		b.waitText("#rsv-fits", "Fits", 20*time.Second)
+		b.do(chromedp.Click(chromedp.ID("rsv-reserve")))
+		b.waitText("#rsv-result", "Reservation", 20*time.Second)
+		rsv := eval[string](b, `document.querySelector("#rsv-result .id").textContent`)
+		began := time.Now()
+		b.waitText(fmt.Sprintf(`.state[data-id=%q]`, rsv), "active", 90*time.Second)
+		t.Logf("reservation %s active in the console %v after the form's reserve", rsv, time.Since(began).Round(100*time.Millisecond))
+		b.check("reservations-active")
+		b.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Release %s"]`, rsv))))
+		b.waitText(fmt.Sprintf(`.state[data-id=%q]`, rsv), "release", 60*time.Second)
+		got, err := reservations.Get.Call(ctx, v.demo, reservations.ReservationInput{TenantID: "acme", ReservationID: rsv})
+		if err != nil || (got.State != "releasing" && got.State != "released") {
+			t.Fatalf("after the console's release: %+v, %v", got, err)
+		}
 	})
-	demo.open("sandboxes")
-	demo.do(chromedp.SetValue(chromedp.CSS(fmt.Sprintf(`input[aria-label="Command for %s"]`, sbx.ID)), "echo console-exec; exit 3"),
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Run in %s"]`, sbx.ID))))
-	demo.waitText("#sbx-stdout", "console-exec", 30*time.Second)
-	demo.waitText("#sbx-exit", "exit 3", 5*time.Second)
-	demo.check("sandboxes-exec")
 
-	// A call with the session cookie but without the page's CSRF token is
-	// refused; with it, the same call is answered.
-	statuses := eval[[]int](demo, `Promise.all([
+	t.Run("capacity", func(t *testing.T) {
+		b := demo.in(t)
+		b.open("capacity")
+		b.check("capacity")
+		private(b, "capacity")
+		if n := eval[int](b, `document.querySelectorAll("svg rect.available").length`); n == 0 {
+			t.Fatal("the capacity page draws no bucket")
+		}
+	})
+
+	t.Run("instances", func(t *testing.T) {
+		b := demo.in(t)
+		b.open("instances")
+		b.check("instances")
+		private(b, "instances")
+		b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Stop console-web"]`)))
+		v.await(t, inst.ID, "stopped")
+		b.waitText("#page", "stopped (wants stopped)", 20*time.Second)
+		b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Start console-web"]`)))
+		v.await(t, inst.ID, "running")
+		b.waitText("#page", "running (wants running)", 20*time.Second)
+	})
+
+	t.Run("sandboxes", func(t *testing.T) {
+		b := demo.in(t)
+		testutil.EventuallyNil(t, 2*time.Minute, func() error {
+			got, err := sandboxes.Get.Call(ctx, v.demo, sandboxes.SandboxInput{TenantID: "acme", SandboxID: sbx.ID})
+			if err != nil || got.State != "running" {
+				return fmt.Errorf("sandbox %s: %v", got.State, err)
+			}
+			return nil
+		})
+		b.open("sandboxes")
+		b.check("sandboxes")
+		private(b, "sandboxes")
+		b.do(chromedp.SetValue(chromedp.CSS(fmt.Sprintf(`input[aria-label="Command for %s"]`, sbx.ID)), "echo console-exec; exit 3"),
+			chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Run in %s"]`, sbx.ID))))
+		b.waitText("#sbx-stdout", "console-exec", 30*time.Second)
+		b.waitText("#sbx-exit", "exit 3", 5*time.Second)
+		b.check("sandboxes-exec")
+	})
+
+	t.Run("events", func(t *testing.T) {
+		b := demo.in(t)
+		b.open("events")
+		b.check("events")
+		private(b, "events")
+		// An event published while the page is open appears in it.
+		r, err := reservations.Create.Call(ctx, v.demo, reservations.CreateInput{TenantID: "acme", PoolID: s.Demo().PoolID,
+			Duration: 600, IdempotencyKey: "console-live", Devices: placement.Request{Class: placement.ClassGPU, Count: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.waitText("#events-list", r.ID, 30*time.Second)
+	})
+
+	for _, p := range []string{"nodes", "cloud-resources"} {
+		t.Run(p, func(t *testing.T) {
+			b := demo.in(t)
+			b.open(p)
+			b.check(p)
+			private(b, p)
+		})
+	}
+
+	t.Run("csrf", func(t *testing.T) {
+		// A call with the session cookie but without the page's CSRF token
+		// is refused; with it, the same call is answered.
+		statuses := eval[[]int](demo.in(t), `Promise.all([
 		fetch("/api/compute/system/whoami", {method: "POST", credentials: "same-origin", headers: {"Content-Type": "application/json"}, body: "{}"}),
 		fetch("/api/compute/system/whoami", {method: "POST", credentials: "same-origin", headers: {"Content-Type": "application/json",
 			"X-Csrf-Token": document.querySelector('meta[name="bc-csrf"]').content}, body: "{}"}),
 	]).then(rs => rs.map(r => r.status))`)
-	if len(statuses) != 2 || statuses[0] != 403 || statuses[1] != 200 {
-		t.Fatalf("whoami without and with the CSRF token = %v, want [403 200]", statuses)
-	}
+		if len(statuses) != 2 || statuses[0] != 403 || statuses[1] != 200 {
+			t.Fatalf("whoami without and with the CSRF token = %v, want [403 200]", statuses)
+		}
+	})
 
-	// The operator cordons a node on the nodes page, and the pools page
-	// shows the demo pool's offer.
 	op := newBrowser(t, base, axe, shots, "operator")
 	op.login(adminToken)
-	node := rootNodes.Items[0]
-	op.open("nodes")
-	op.check("nodes")
-	op.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Cordon %s"]`, node.Name))))
-	op.waitText(fmt.Sprintf(`.cordon[data-id=%q]`, node.ID), "cordoned", 20*time.Second)
-	if n, err := nodes.Get.Call(ctx, admin, nodes.NodeInput{TenantID: "root", NodeID: node.ID}); err != nil || !n.Cordoned {
-		t.Fatalf("after the console's cordon: %+v, %v", n, err)
-	}
-	if _, err := nodes.Uncordon.Call(ctx, admin, nodes.NodeInput{TenantID: "root", NodeID: node.ID}); err != nil {
-		t.Fatal(err)
-	}
+	t.Run("operator nodes", func(t *testing.T) {
+		b := op.in(t)
+		node := rootNodes.Items[0]
+		for _, n := range rootNodes.Items {
+			if n.GPUCount > 0 { // a node agent with an inventory (not the site agent)
+				node = n
+				break
+			}
+		}
+		b.open("nodes")
+		b.check("nodes")
+		b.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Cordon %s"]`, node.Name))))
+		b.waitText(fmt.Sprintf(`.cordon[data-id=%q]`, node.ID), "cordoned", 20*time.Second)
+		if n, err := nodes.Get.Call(ctx, admin, nodes.NodeInput{TenantID: "root", NodeID: node.ID}); err != nil || !n.Cordoned {
+			t.Fatalf("after the console's cordon: %+v, %v", n, err)
+		}
+		if _, err := nodes.Uncordon.Call(ctx, admin, nodes.NodeInput{TenantID: "root", NodeID: node.ID}); err != nil {
+			t.Fatal(err)
+		}
+		b.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[aria-label="Inventory of %s"]`, node.Name))))
+		b.waitText("#node-detail", "Inventory of "+node.Name, 20*time.Second)
+		b.check("node-inventory")
+	})
 	for _, p := range []string{"sites", "pools", "capacity", "reservations"} {
-		op.open(p)
-		op.check(p)
-	}
-	if text := op.text(); !strings.Contains(text, theirs.ID) {
-		t.Errorf("the operator's reservations page lacks the platform's reservation %s", theirs.ID)
+		t.Run("operator "+p, func(t *testing.T) {
+			b := op.in(t)
+			b.open(p)
+			b.check(p)
+			if p == "reservations" && !strings.Contains(b.text(), theirs.ID) {
+				t.Errorf("the operator's reservations page lacks the platform's reservation %s", theirs.ID)
+			}
+			if p == "pools" && !strings.Contains(b.text(), "Offers of") {
+				t.Errorf("the pools page shows no offers:\n%s", b.text())
+			}
+		})
 	}
 
-	// A person with no policy sees the API's denial, not a blank page.
-	var idn iam.Identity
-	iamAdmin(t, base, adminToken, "createIdentity", iam.CreateIdentityInput{TenantID: "acme", Kind: iam.KindPerson, Name: "console-nobody"}, &idn)
-	var tok iam.CreatedToken
-	iamAdmin(t, base, adminToken, "createToken", iam.CreateTokenInput{TenantID: "acme", IdentityID: idn.ID, SessionKind: iam.SessionUser}, &tok)
-	nobody := newBrowser(t, base, axe, shots, "nobody")
-	nobody.login(tok.Token)
-	nobody.open("reservations")
-	nobody.waitText("#page .error", "ACCESS_DENIED", 10*time.Second)
-	nobody.check("denied")
+	t.Run("denied", func(t *testing.T) {
+		// A person with no policy sees the API's denial, not a blank page.
+		var idn iam.Identity
+		iamAdmin(t, base, adminToken, "createIdentity", iam.CreateIdentityInput{TenantID: "acme", Kind: iam.KindPerson, Name: "console-nobody"}, &idn)
+		var tok iam.CreatedToken
+		iamAdmin(t, base, adminToken, "createToken", iam.CreateTokenInput{TenantID: "acme", IdentityID: idn.ID, SessionKind: iam.SessionUser}, &tok)
+		b := newBrowser(t, base, axe, shots, "nobody")
+		b.login(tok.Token)
+		b.open("reservations")
+		b.waitText("#page .error", "ACCESS_DENIED", 10*time.Second)
+		b.check("denied")
+	})
 
 	entries, _ := os.ReadDir(shots)
 	names := make([]string, len(entries))

@@ -111,6 +111,10 @@ function live(box, render, every = 2000) {
   return () => { stopped = true; };
 }
 
+// block is preformatted text in a labelled region that takes the keyboard's
+// focus, so a long one scrolls without a mouse.
+const block = (label, text, attrs = {}) => el("pre", { tabindex: 0, role: "region", "aria-label": label, ...attrs }, text);
+
 const gpus = (d) => (d ? `${d.count} × ${d.class}` : "");
 const labelled = (text, input) => el("label", {}, text, input);
 
@@ -244,7 +248,7 @@ const pages = {
           const r = await execTunnel(opened);
           out.replaceChildren(el("h2", {}, `Output of ${s.id}`),
             el("p", { id: "sbx-exit" }, `exit ${r.status.exitCode}${r.status.error ? `: ${r.status.error}` : ""}`),
-            el("pre", { id: "sbx-stdout" }, r.stdout), r.stderr ? el("pre", {}, r.stderr) : "");
+            block("Standard output", r.stdout, { id: "sbx-stdout" }), r.stderr ? block("Standard error", r.stderr) : "");
         }, { "aria-label": `Run in ${s.id}` }));
       } },
     ], rows, "no sandbox."));
@@ -418,10 +422,10 @@ function timelineTable(tl, cls) {
 async function showInventory(box, n) {
   const t = ctx.tenant;
   const inv = await call("inventory.get", { tenantId: t, nodeId: n.id });
-  const parts = [el("h2", {}, `Inventory of ${n.name}`), el("pre", {}, JSON.stringify(inv, null, 2))];
+  const parts = [el("h2", {}, `Inventory of ${n.name}`), block("Inventory", JSON.stringify(inv, null, 2))];
   try {
     const diff = await call("inventory.diff", { tenantId: t, nodeId: n.id });
-    parts.push(el("h2", {}, "Changes since the previous report"), el("pre", {}, JSON.stringify(diff, null, 2)));
+    parts.push(el("h2", {}, "Changes since the previous report"), block("Inventory changes", JSON.stringify(diff, null, 2)));
   } catch (err) { parts.push(errorBox(err)); }
   box.replaceChildren(...parts);
 }
