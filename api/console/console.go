@@ -29,10 +29,10 @@ const PathPrefix = "/console/"
 //go:embed static templates
 var files embed.FS
 
-// Pages are the console's pages, in the navigation's order: the tenant's,
+// pages are the console's pages, in the navigation's order: the tenant's,
 // then the operator's (shown in the root tenant only; IAM decides them like
 // any call).
-var Pages = []Page{
+var pages = []Page{
 	{"reservations", "Reservations", false}, {"capacity", "Capacity", false}, {"nodes", "Nodes", false},
 	{"instances", "Instances", false}, {"sandboxes", "Sandboxes", false}, {"cloud-resources", "Cloud resources", false},
 	{"events", "Events", false}, {"sites", "Sites", true}, {"pools", "Pools, offers and quotas", true},
@@ -106,7 +106,6 @@ type shell struct {
 	Page, Title        string
 	Pages              []Page
 	Tenant, IdentityID string
-	Operator           bool
 	CSRF               string
 	TemporalUI, NS     string
 	Error              *core.Error
@@ -139,9 +138,9 @@ func credential(g *gin.Context) (iam.Credential, bool) {
 func (c *Console) page(g *gin.Context) {
 	name := g.Param("page")
 	if name == "" {
-		name = Pages[0].Name
+		name = pages[0].Name
 	}
-	i := slices.IndexFunc(Pages, func(p Page) bool { return p.Name == name })
+	i := slices.IndexFunc(pages, func(p Page) bool { return p.Name == name })
 	if i < 0 {
 		c.render(g, http.StatusNotFound, "login.html", shell{Title: "Not found",
 			Error: core.Errorf(core.CodeNotFound, "no console page %q", name)})
@@ -158,14 +157,14 @@ func (c *Console) page(g *gin.Context) {
 		return
 	}
 	operator := caller.TenantID == c.cfg.RootTenant
-	var pages []Page
-	for _, p := range Pages {
+	var shown []Page
+	for _, p := range pages {
 		if !p.Operator || operator {
-			pages = append(pages, p)
+			shown = append(shown, p)
 		}
 	}
-	c.render(g, http.StatusOK, "app.html", shell{Page: name, Title: Pages[i].Title, Pages: pages, Tenant: caller.TenantID,
-		IdentityID: caller.IdentityID, Operator: operator, CSRF: iam.CSRFToken(cred.Cookie),
+	c.render(g, http.StatusOK, "app.html", shell{Page: name, Title: pages[i].Title, Pages: shown, Tenant: caller.TenantID,
+		IdentityID: caller.IdentityID, CSRF: iam.CSRFToken(cred.Cookie),
 		TemporalUI: c.cfg.TemporalUI, NS: c.cfg.Namespace})
 }
 
