@@ -423,13 +423,15 @@ func rescope(ctx context.Context, tx store.DBTX, b Batch) (Scope, error) {
 		return Scope{}, err
 	}
 	s := Scope{NodeIDs: ids, Count: len(ids), BatchID: b.ID, Digest: b.Digest}
-	for _, id := range ids {
-		if !slices.Contains(b.NodeIDs, id) {
+	// Up to MaxNodes on each side: compare by binary search, not n².
+	now, frozen := slices.Sorted(slices.Values(ids)), slices.Sorted(slices.Values(b.NodeIDs))
+	for _, id := range now {
+		if _, found := slices.BinarySearch(frozen, id); !found {
 			s.Added = append(s.Added, id)
 		}
 	}
-	for _, id := range b.NodeIDs {
-		if !slices.Contains(ids, id) {
+	for _, id := range frozen {
+		if _, found := slices.BinarySearch(now, id); !found {
 			s.Removed = append(s.Removed, id)
 		}
 	}
